@@ -1,0 +1,68 @@
+"""Human-readable one-liners for events, results and executions (CLI, demo, admin)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from executions.events import (
+    Created,
+    Err,
+    Event,
+    ExecutionFailure,
+    Finished,
+    HistoryEventRecord,
+    Locked,
+    Ok,
+    RetVal,
+    TemporarilyFailed,
+    TemporarilyTimedOut,
+    Unlocked,
+)
+
+
+def short_json(value, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_retval(retval: RetVal) -> str:
+    if isinstance(retval, Ok):
+        return f"ok {short_json(retval.value)}"
+    if isinstance(retval, Err):
+        return f"error value {short_json(retval.value)}"
+    if isinstance(retval, ExecutionFailure):
+        reason = f": {retval.reason}" if retval.reason else ""
+        return f"failed ({retval.kind}){reason}"
+    return str(retval)
+
+
+def _time(at: datetime) -> str:
+    return at.strftime("%H:%M:%S.%f")[:-3]
+
+
+def describe_event(event: Event) -> str:
+    if isinstance(event, Created):
+        return f"created  {event.ffqn}({', '.join(short_json(p, 40) for p in event.params)})"
+    if isinstance(event, Locked):
+        return f"locked   by {event.run_id} (generation {event.lock_generation}) until {_time(event.lock_expires_at)}"
+    if isinstance(event, TemporarilyFailed):
+        return f"failed   {event.reason}; retry at {_time(event.backoff_expires_at)}"
+    if isinstance(event, TemporarilyTimedOut):
+        return f"timed out; retry at {_time(event.backoff_expires_at)}"
+    if isinstance(event, Unlocked):
+        return f"unlocked ({event.reason}) at {_time(event.unlocked_at)}"
+    if isinstance(event, Finished):
+        return f"finished {describe_retval(event.retval)}"
+    if isinstance(event, HistoryEventRecord):
+        return f"history  {event.event.type} {short_json(event.event.model_dump(mode='json', exclude={'type'}), 60)}"
+    return event.VARIANT.replace("_", " ")
+
+
+def format_history(log) -> list[str]:
+    """``store.ExecutionLog`` → lines: one per event, then one per response."""
+    lines = [f"  v{record.version:<3} {_time(record.created_at)}  {describe_event(record.event)}" for record in log.events]
+    for response in log.responses:
+        what = response.child_execution_id or response.delay_id
+        lines.append(f"  resp #{response.seq} {response.join_set_id} {what}")
+    return lines

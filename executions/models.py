@@ -1,0 +1,323 @@
+"""Tables of the execution store, mirroring Obelisk's (spec 000 §2).
+
+Only ``executions.store`` writes these tables. Differences from the seed, all deliberate
+(``docs/decisions.md``): surrogate ``id`` keys where the seed has composite keys (the admin
+and foreign keys need a single column), foreign keys from every per-execution table to
+``t_state``, check constraints for the state/lifecycle combinations of spec 000 §4,
+component digests stored as ``sha256:<hex>`` text, ``lock_generation`` for fencing
+(spec 004 §5.1) and ``consumes_response`` for join-next counting (decision 9).
+"""
+
+from django.db import models
+from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
+
+from executions.events import VARIANTS
+from executions.state_machine import Lifecycle, State
+
+COMPONENT_TYPES = ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"]
+
+
+def _choices(values):
+    return [(value, value) for value in values]
+
+
+class ExecutionState(models.Model):
+    """``t_state``: one row per execution, the projection of its event log."""
+
+    execution_id = models.CharField(primary_key=True, max_length=1024)
+    is_top_level = models.BooleanField()
+    corresponding_version = models.BigIntegerField(help_text="Version of the last event reflected here.")
+    ffqn = models.CharField("function", max_length=512)
+    created_at = models.DateTimeField()
+    component_id_input_digest = models.CharField("component digest", max_length=71)
+    component_type = models.CharField(max_length=16, choices=_choices(COMPONENT_TYPES))
+    first_scheduled_at = models.DateTimeField()
+    deployment_id = models.CharField(max_length=30)
+    pending_expires_finished = models.DateTimeField(
+        help_text="pending: scheduled at; locked: lock expiry; blocked: run expiry; finished: finished at."
+    )
+    state = models.CharField(max_length=20, choices=_choices(State))
+    updated_at = models.DateTimeField()
+    intermittent_event_count = models.IntegerField(default=0)
+    max_retries = models.BigIntegerField(null=True, blank=True)
+    retry_exp_backoff_millis = models.BigIntegerField(null=True, blank=True)
+    last_lock_version = models.BigIntegerField(null=True, blank=True)
+    executor_id = models.CharField(max_length=30, null=True, blank=True)
+    run_id = models.CharField(max_length=30, null=True, blank=True)
+    lock_generation = models.BigIntegerField(
+        default=0, help_text="Fencing token: +1 for every new lock and every lock revoked by someone else."
+    )
+    join_set_id = models.CharField(max_length=512, null=True, blank=True)
+    join_set_closing = models.BooleanField(null=True, blank=True)
+    result_kind = models.CharField(max_length=128, null=True, blank=True)
+    incompatible_digest = models.CharField(max_length=71, null=True, blank=True)
+    lifecycle = models.CharField(max_length=10, choices=_choices(Lifecycle), default=Lifecycle.ACTIVE)
+
+    class Meta:
+        db_table = "t_state"
+        verbose_name = "execution"
+        constraints = [
+            CheckConstraint(condition=Q(corresponding_version__gte=0), name="t_state_version_gte_0"),
+            CheckConstraint(condition=Q(intermittent_event_count__gte=0), name="t_state_intermittent_gte_0"),
+            CheckConstraint(condition=Q(lock_generation__gte=0), name="t_state_generation_gte_0"),
+            CheckConstraint(condition=Q(state__in=list(State)), name="t_state_state_valid"),
+            CheckConstraint(condition=Q(lifecycle__in=list(Lifecycle)), name="t_state_lifecycle_valid"),
+            CheckConstraint(condition=Q(component_type__in=COMPONENT_TYPES), name="t_state_component_type_valid"),
+            # spec 000 §4: the combinations CombinedState accepts.
+            CheckConstraint(
+                condition=~Q(state=State.LOCKED)
+                | (
+                    Q(last_lock_version__isnull=False, executor_id__isnull=False, run_id__isnull=False)
+                    & ~Q(lifecycle=Lifecycle.PAUSED)
+                ),
+                name="t_state_locked_has_lock",
+            ),
+            CheckConstraint(
+                condition=Q(state=State.LOCKED) | Q(last_lock_version__isnull=True),
+                name="t_state_lock_version_only_locked",
+            ),
+            CheckConstraint(
+                condition=(Q(state=State.FINISHED) & Q(result_kind__isnull=False))
+                | (~Q(state=State.FINISHED) & Q(result_kind__isnull=True)),
+                name="t_state_result_kind_iff_finished",
+            ),
+            CheckConstraint(
+                condition=~Q(state=State.FINISHED)
+                | Q(lifecycle=Lifecycle.ACTIVE, executor_id__isnull=True, run_id__isnull=True),
+                name="t_state_finished_is_released",
+            ),
+            CheckConstraint(
+                condition=(Q(state=State.BLOCKED_BY_JOIN_SET) & Q(join_set_id__isnull=False, join_set_closing__isnull=False))
+                | (~Q(state=State.BLOCKED_BY_JOIN_SET) & Q(join_set_id__isnull=True, join_set_closing__isnull=True)),
+                name="t_state_join_set_iff_blocked",
+            ),
+        ]
+        indexes = [
+            # Locking pending work by function (and its next-due time).
+            Index(
+                fields=["pending_expires_finished", "ffqn"],
+                condition=Q(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE),
+                name="t_state_pending_ffqn",
+            ),
+            Index(
+                fields=["pending_expires_finished", "component_id_input_digest"],
+                condition=Q(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE),
+                name="t_state_pending_digest",
+            ),
+            # Expired-lock scan of the timer sweep.
+            Index(fields=["pending_expires_finished"], condition=Q(state=State.LOCKED), name="t_state_locked_expiry"),
+            # The cancellation driver and the paused list.
+            Index(fields=["lifecycle", "created_at"], condition=~Q(lifecycle=Lifecycle.ACTIVE), name="t_state_lifecycle"),
+            # Listing: newest first, top-level by default, by function, by deployment.
+            Index(fields=["is_top_level", "created_at"], name="t_state_top_level_created"),
+            Index(fields=["created_at"], name="t_state_created"),
+            Index(fields=["ffqn", "created_at"], name="t_state_ffqn_created"),
+            Index(fields=["deployment_id", "is_top_level", "state", "lifecycle"], name="t_state_deployment"),
+        ]
+
+    def __str__(self) -> str:
+        return self.execution_id
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state == State.FINISHED
+
+    @property
+    def next_version(self) -> int:
+        """The version the next appended event must carry (the finished event's own, once finished)."""
+        return self.corresponding_version if self.is_finished else self.corresponding_version + 1
+
+    @property
+    def status(self) -> str:
+        """One word for lists: the lifecycle overlay wins over the state."""
+        return self.lifecycle if self.lifecycle != Lifecycle.ACTIVE else self.state
+
+
+class ExecutionEvent(models.Model):
+    """``t_execution_log``: the append-only event log, versions contiguous from 0 (``Created``)."""
+
+    execution = models.ForeignKey(
+        ExecutionState, on_delete=models.CASCADE, db_column="execution_id", related_name="events", db_index=False
+    )
+    version = models.BigIntegerField()
+    created_at = models.DateTimeField()
+    json_value = models.JSONField()
+    variant = models.CharField(max_length=32, choices=_choices(VARIANTS))
+    join_set_id = models.CharField(max_length=512, null=True, blank=True)
+    history_event_type = models.CharField(max_length=20, null=True, blank=True)
+    consumes_response = models.BooleanField(
+        default=False, help_text="JoinNext, or JoinNextTry that found a response: takes the next response of its join set."
+    )
+
+    class Meta:
+        db_table = "t_execution_log"
+        verbose_name = "event"
+        ordering = ["execution_id", "version"]
+        constraints = [
+            UniqueConstraint(fields=["execution", "version"], name="t_execution_log_pk"),
+            CheckConstraint(condition=Q(version__gte=0), name="t_execution_log_version_gte_0"),
+            CheckConstraint(condition=Q(variant__in=list(VARIANTS)), name="t_execution_log_variant_valid"),
+            CheckConstraint(
+                condition=(Q(variant="history_event") & Q(history_event_type__isnull=False))
+                | (~Q(variant="history_event") & Q(history_event_type__isnull=True)),
+                name="t_execution_log_history_type_iff_history",
+            ),
+            CheckConstraint(
+                condition=(Q(version=0) & Q(variant="created")) | (~Q(version=0) & ~Q(variant="created")),
+                name="t_execution_log_created_iff_version_0",
+            ),
+        ]
+        indexes = [
+            Index(fields=["execution", "variant"], name="t_execution_log_variant"),
+            Index(
+                fields=["execution", "join_set_id"],
+                condition=Q(consumes_response=True),
+                name="t_execution_log_join_next",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}@{self.version} {self.variant}"
+
+
+class JoinSetResponse(models.Model):
+    """``t_join_set_response``: child results and fired/cancelled delays delivered to a parent."""
+
+    created_at = models.DateTimeField()
+    execution = models.ForeignKey(
+        ExecutionState,
+        on_delete=models.CASCADE,
+        db_column="execution_id",
+        related_name="responses",
+        db_index=False,
+        help_text="The parent (receiving) execution.",
+    )
+    join_set_id = models.CharField(max_length=512)
+    delay_id = models.CharField(max_length=1024, null=True, blank=True)
+    delay_success = models.BooleanField(null=True, blank=True)
+    child_execution = models.ForeignKey(
+        ExecutionState,
+        on_delete=models.CASCADE,
+        db_column="child_execution_id",
+        related_name="+",
+        null=True,
+        blank=True,
+        db_index=False,
+    )
+    finished_version = models.BigIntegerField(null=True, blank=True)
+    seq = models.BigIntegerField(help_text="Per-parent ordinal from 1: the response cursor.")
+
+    class Meta:
+        db_table = "t_join_set_response"
+        verbose_name = "join set response"
+        ordering = ["execution_id", "seq"]
+        constraints = [
+            UniqueConstraint(fields=["execution", "seq"], name="t_join_set_response_seq"),
+            UniqueConstraint(
+                fields=["child_execution"], condition=Q(child_execution__isnull=False), name="t_join_set_response_child"
+            ),
+            UniqueConstraint(fields=["delay_id"], condition=Q(delay_id__isnull=False), name="t_join_set_response_delay"),
+            CheckConstraint(condition=Q(seq__gte=1), name="t_join_set_response_seq_gte_1"),
+            CheckConstraint(
+                condition=(
+                    Q(delay_id__isnull=False, delay_success__isnull=False)
+                    & Q(child_execution__isnull=True, finished_version__isnull=True)
+                )
+                | (
+                    Q(delay_id__isnull=True, delay_success__isnull=True)
+                    & Q(child_execution__isnull=False, finished_version__isnull=False)
+                ),
+                name="t_join_set_response_one_kind",
+            ),
+        ]
+        indexes = [Index(fields=["execution", "join_set_id", "seq"], name="t_join_set_response_js")]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} #{self.seq} {self.child_execution_id or self.delay_id}"
+
+
+class Delay(models.Model):
+    """``t_delay``: a pending durable timer; deleted when its response is written."""
+
+    delay_id = models.CharField(primary_key=True, max_length=1024)
+    execution = models.ForeignKey(
+        ExecutionState, on_delete=models.CASCADE, db_column="execution_id", related_name="delays"
+    )
+    join_set_id = models.CharField(max_length=512)
+    expires_at = models.DateTimeField()
+    is_paused = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "t_delay"
+        indexes = [Index(fields=["expires_at"], condition=Q(is_paused=False), name="t_delay_expires")]
+
+    def __str__(self) -> str:
+        return self.delay_id
+
+
+class LogEntry(models.Model):
+    """``t_log``: a log record or a chunk of a std stream, written by a run."""
+
+    LEVELS = [(1, "trace"), (2, "debug"), (3, "info"), (4, "warn"), (5, "error")]
+    STREAMS = [(1, "stdout"), (2, "stderr")]
+
+    execution = models.ForeignKey(
+        ExecutionState, on_delete=models.CASCADE, db_column="execution_id", related_name="logs", db_index=False
+    )
+    run_id = models.CharField(max_length=30)
+    created_at = models.DateTimeField()
+    level = models.SmallIntegerField(choices=LEVELS, null=True, blank=True)
+    message = models.TextField(null=True, blank=True)
+    stream_type = models.SmallIntegerField(choices=STREAMS, null=True, blank=True)
+    payload = models.BinaryField(null=True, blank=True)
+
+    class Meta:
+        db_table = "t_log"
+        verbose_name = "log entry"
+        verbose_name_plural = "log entries"
+        constraints = [
+            CheckConstraint(
+                condition=(Q(level__isnull=False, message__isnull=False) & Q(stream_type__isnull=True, payload__isnull=True))
+                | (Q(level__isnull=True, message__isnull=True) & Q(stream_type__isnull=False, payload__isnull=False)),
+                name="t_log_log_or_stream",
+            ),
+        ]
+        indexes = [
+            Index(fields=["execution", "run_id", "created_at"], name="t_log_run"),
+            Index(fields=["execution", "id"], name="t_log_cursor"),
+        ]
+
+
+class Backtrace(models.Model):
+    """``t_wasm_backtrace`` for Python: a deduplicated stack, keyed by ``01`` + SHA-256 of its frames."""
+
+    backtrace_hash = models.CharField(primary_key=True, max_length=66)
+    frames = models.JSONField()
+
+    class Meta:
+        db_table = "t_backtrace"
+
+
+class ExecutionBacktrace(models.Model):
+    """``t_execution_backtrace``: the stack that wrote events ``[version_min_including, version_max_excluding)``."""
+
+    execution = models.ForeignKey(
+        ExecutionState, on_delete=models.CASCADE, db_column="execution_id", related_name="backtraces", db_index=False
+    )
+    component_id = models.JSONField()
+    version_min_including = models.BigIntegerField()
+    version_max_excluding = models.BigIntegerField()
+    backtrace = models.ForeignKey(Backtrace, on_delete=models.PROTECT, db_column="backtrace_hash")
+
+    class Meta:
+        db_table = "t_execution_backtrace"
+        constraints = [
+            UniqueConstraint(
+                fields=["execution", "version_min_including", "version_max_excluding"],
+                name="t_execution_backtrace_pk",
+            ),
+            CheckConstraint(
+                condition=Q(version_max_excluding__gt=models.F("version_min_including")),
+                name="t_execution_backtrace_range",
+            ),
+        ]

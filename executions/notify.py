@@ -1,0 +1,240 @@
+"""Wake-ups after commit (spec 000 §9), across processes and within one.
+
+The store collects what a transaction changed in a ``Notes`` and publishes it *inside* that
+transaction: on PostgreSQL with ``pg_notify``, which the server delivers only if and when the
+transaction commits, and in every process with an in-memory wake-up registered with
+``transaction.on_commit``. A ``Listener`` waits for either. Notifications only say "look
+again": every waiter re-reads the tables after waking, so a lost or duplicated notification
+costs latency, never correctness. SQLite has no LISTEN, so there a waiter polls at
+``OBELISK['POLL_INTERVAL']`` (and wakes at once for commits made in its own process).
+
+Channels and payloads (newline-separated, split to stay under PostgreSQL's 8000 bytes):
+
+- ``obelisk_pending``: function names that got work due now;
+- ``obelisk_finished``: execution ids that finished;
+- ``obelisk_response``: parent execution ids that got a join-set response;
+- ``obelisk_cancel``: execution ids whose cancellation was requested;
+- ``obelisk_timer``: empty; a timer or lock with a new expiry was written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.db import connections, transaction
+
+from executions import conf
+
+PENDING = "obelisk_pending"
+FINISHED = "obelisk_finished"
+RESPONSE = "obelisk_response"
+CANCEL = "obelisk_cancel"
+TIMER = "obelisk_timer"
+CHANNELS = (PENDING, FINISHED, RESPONSE, CANCEL, TIMER)
+_MAX_PAYLOAD = 7900
+logger = logging.getLogger("obelisk.notify")
+
+
+def is_postgres(using: str = "default") -> bool:
+    return connections[using].vendor == "postgresql"
+
+
+@dataclass
+class Notes:
+    """What one store operation changed, to be announced when it commits."""
+
+    pending_ffqns: set[str] = field(default_factory=set)
+    finished: list[str] = field(default_factory=list)
+    responses: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    timers: bool = False
+
+    def messages(self) -> list[tuple[str, str]]:
+        out = []
+        for channel, items in (
+            (PENDING, sorted(self.pending_ffqns)),
+            (FINISHED, self.finished),
+            (RESPONSE, self.responses),
+            (CANCEL, self.cancelled),
+        ):
+            out.extend((channel, chunk) for chunk in _chunks(items))
+        if self.timers:
+            out.append((TIMER, ""))
+        return out
+
+    def publish(self, using: str = "default") -> None:
+        """Call inside the operation's transaction, after its last write."""
+        messages = self.messages()
+        if not messages:
+            return
+        if is_postgres(using):
+            placeholders = ", ".join("pg_notify(%s, %s)" for _ in messages)
+            with connections[using].cursor() as cursor:
+                cursor.execute(f"SELECT {placeholders}", [part for message in messages for part in message])
+        transaction.on_commit(lambda: _HUB.deliver(messages), using=using)
+
+
+def _chunks(items: list[str]):
+    chunk, size = [], 0
+    for item in items:
+        if chunk and size + len(item) + 1 > _MAX_PAYLOAD:
+            yield "\n".join(chunk)
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item) + 1
+    if chunk:
+        yield "\n".join(chunk)
+
+
+class _Hub:
+    """Fans notifications out to the ``Listener``s of this process.
+
+    Commits made in this process arrive through ``local()`` (``transaction.on_commit``).
+    On PostgreSQL one thread per process holds a connection that ``LISTEN``s on every
+    channel and delivers what other processes commit; it is started by the first listener
+    (which waits until ``LISTEN`` is in place, so nothing committed after it returns is
+    missed) and restarted after a fork or a lost connection.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._listeners: set[Listener] = set()
+        self._pid = None
+        self._ready = threading.Event()
+        self._params: dict | None = None
+        self._thread: threading.Thread | None = None
+        self._conn = None
+        self._stopping = False
+
+    def subscribe(self, listener: Listener, using: str) -> None:
+        with self._lock:
+            self._listeners.add(listener)
+        if is_postgres(using):
+            self._ensure_thread(using)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        with self._lock:
+            self._listeners.discard(listener)
+
+    def deliver(self, messages: list[tuple[str, str]]) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener._deliver(messages)
+
+    def _ensure_thread(self, using: str) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or we are a forked child
+                self._pid = os.getpid()
+                self._ready = threading.Event()
+                self._params = _connection_params(using)
+                self._thread = threading.Thread(target=self._run, name="obelisk-listen", daemon=True)
+                self._thread.start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        import psycopg
+
+        pid, ready = self._pid, self._ready
+        while pid == os.getpid():
+            try:
+                conn = psycopg.connect(autocommit=True, **self._params)
+                for channel in CHANNELS:
+                    conn.execute(f"LISTEN {channel}")
+                ready.set()
+                self._conn = conn
+                while pid == os.getpid() and not self._stopping:
+                    for note in conn.notifies(timeout=1.0):
+                        self.deliver([(note.channel, note.payload)])
+                conn.close()
+                return
+            except Exception:  # connection lost: listeners fall back to timed re-checks
+                if self._stopping:
+                    return
+                logger.warning("LISTEN connection failed; reconnecting", exc_info=True)
+                ready.set()
+                time.sleep(1.0)
+
+    def stop(self) -> None:
+        """Close the LISTEN connection (at process or test-session end)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stopping = True
+            self._pid = None
+        if thread is not None:
+            thread.join(5)
+        self._stopping = False
+
+
+_HUB = _Hub()
+
+
+def stop_listening() -> None:
+    """Close this process's LISTEN connection; the next ``Listener`` opens a new one."""
+    _HUB.stop()
+
+
+@dataclass(frozen=True)
+class Notification:
+    channel: str
+    items: tuple[str, ...]
+
+
+class Listener:
+    """A subscription to some channels; ``wait`` returns what arrived since the last call.
+
+    Use as a context manager; subscribe *before* checking the tables, then check, then wait:
+    a commit after the check always wakes the wait. Without LISTEN (SQLite), ``wait``
+    returns after the poll interval at the latest, so the caller re-checks the tables.
+    """
+
+    def __init__(self, channels: tuple[str, ...] | list[str], using: str = "default"):
+        self.channels = frozenset(channels)
+        self.using = using
+        self._cond = threading.Condition()
+        self._received: list[Notification] = []
+        self._postgres = is_postgres(using)
+        _HUB.subscribe(self, using)
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        _HUB.unsubscribe(self)
+
+    def _deliver(self, messages: list[tuple[str, str]]) -> None:
+        mine = [Notification(channel, _split(payload)) for channel, payload in messages if channel in self.channels]
+        if mine:
+            with self._cond:
+                self._received.extend(mine)
+                self._cond.notify_all()
+
+    def wait(self, timeout: float) -> list[Notification]:
+        """Block until something arrives or ``timeout`` seconds pass; return what arrived.
+
+        An empty list means "nothing known": the caller re-checks the tables anyway.
+        """
+        if not self._postgres:
+            timeout = min(timeout, conf.get("POLL_INTERVAL").total_seconds())
+        with self._cond:
+            if not self._received and timeout > 0:
+                self._cond.wait(timeout)
+            received, self._received = self._received, []
+        return received
+
+
+def _split(payload: str) -> tuple[str, ...]:
+    return tuple(item for item in payload.split("\n") if item)
+
+
+def _connection_params(using: str) -> dict:
+    params = connections[using].get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    return {key: params[key] for key in keys if params.get(key)}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up and run the whole test suite: once on PostgreSQL, once on SQLite.
+#
+# PostgreSQL: OBELISK_TEST_DATABASE_URL if set; otherwise the server on 127.0.0.1:5432 if
+# one answers; otherwise (or with OBELISK_TEST_PG=throwaway) a throwaway cluster started
+# here in a temporary directory, installing Debian's postgresql package if needed.
+# Extra arguments go to pytest, e.g. scripts/test.sh -k fencing -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+setup_venv
+
+if [ -z "${OBELISK_TEST_DATABASE_URL:-}" ]; then
+    local_url="postgres://postgres@127.0.0.1:5432/postgres"
+    if [ "${OBELISK_TEST_PG:-auto}" != "throwaway" ] && pg_reachable "$local_url"; then
+        export OBELISK_TEST_DATABASE_URL="$local_url"
+    else
+        start_throwaway_pg
+        export OBELISK_TEST_DATABASE_URL="$PG_THROWAWAY_URL"
+    fi
+fi
+
+status=0
+echo "== tests on PostgreSQL ($OBELISK_TEST_DATABASE_URL)"
+python -m pytest --ds=tests.settings_postgres "$@" || status=$?
+echo "== tests on SQLite"
+python -m pytest --ds=tests.settings_sqlite "$@" || status=$?
+if [ "$status" -ne 0 ]; then
+    echo "TESTS FAILED" >&2
+fi
+exit "$status"

@@ -1,0 +1,154 @@
+"""The django-q2 broker of an Obelisk worker cluster.
+
+django-q2 supplies the process model: a sentinel that supervises a pool of worker
+processes, a pusher that calls ``Broker.dequeue()`` and feeds the pool, a monitor, and the
+admin pages for clusters and failed tasks. This broker connects that pool to the execution
+tables instead of a task queue:
+
+- ``dequeue()`` blocks until an execution of a served function is due (``LISTEN
+  obelisk_pending`` on PostgreSQL, a short poll on SQLite, or the next scheduled time,
+  whichever comes first), then hands out a *claim task*: ``workers.tasks.claim_and_run``.
+  The worker that runs it claims a batch itself (``SKIP LOCKED``), so nothing sits locked
+  in a queue, and django-q2's ORM queue is never on the path of an execution;
+- claim tasks are spaced at least ``MIN_CLAIM_SPACING`` apart, because one claim task
+  drains everything due; more would only cost django-q2's ~1 ms per task;
+- the pusher process also runs the timer sweep in a thread (``workers.sweeper``), so due
+  timers fire within about a second even when every worker is busy;
+- ordinary django-q2 tasks (``async_task``, schedules) still go through the ORM queue this
+  class inherits, checked at every ``dequeue()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.db.models import Min
+from django.utils import timezone
+from django_q.brokers.orm import ORM
+from django_q.humanhash import uuid
+from django_q.signing import SignedPackage
+
+from executions import notify
+from executions.models import ExecutionState
+from executions.state_machine import Lifecycle, State
+
+logger = logging.getLogger("obelisk.broker")
+
+CLAIM_FUNC = "workers.tasks.claim_and_run"
+
+
+class ExecutionBroker(ORM):
+    MAX_WAIT = 0.5  # seconds: dequeue() returns at least this often (the pusher checks for stop)
+    MIN_CLAIM_SPACING = 0.002  # one claim task drains everything due: don't flood the pool
+    REEMIT_AFTER = 0.1  # work still due this long after a claim task: hand out another
+    ORM_CHECK_INTERVAL = 1.0  # ordinary django-q2 tasks are looked for this often
+
+    def __init__(self, list_key: str | None = None):
+        super().__init__(list_key)
+        self._reset()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._listener: notify.Listener | None = None
+        self._sweeper = None
+        self._served: frozenset[str] = frozenset()
+        self._last_claim = 0.0
+        self._new_work = False
+        self._due_at: float | None = None  # monotonic time the next served execution is due
+        self._recheck_at = 0.0  # when to ask the tables again
+        self._next_orm_check = 0.0
+
+    # -- django-q2 interface -------------------------------------------------------------
+
+    def dequeue(self):
+        self._start()
+        now = time.monotonic()
+        if now >= self._next_orm_check:
+            self._next_orm_check = now + self.ORM_CHECK_INTERVAL
+            tasks = self._orm_tasks()
+            if tasks:
+                return tasks
+        if now >= self._recheck_at:
+            self._refresh_due(now)
+        if self._due_at is not None and now >= self._due_at and self._may_claim(now):
+            return [self._claim_task(now)]
+        for note in self._listener.wait(self._wait_seconds(now)):
+            if note.channel == notify.PENDING and self._served.intersection(note.items):
+                self._due_at = time.monotonic()
+                self._new_work = True
+            elif note.channel == notify.TIMER:
+                self._recheck_at = 0.0
+        return None
+
+    def ping(self) -> bool:
+        return True
+
+    def info(self) -> str:
+        return "Obelisk execution tables (claims) + ORM queue"
+
+    # -- internals --------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._listener is not None:
+            return
+        from workers.registry import load_components
+        from workers.sweeper import SweeperThread
+
+        self._served = frozenset(load_components())
+        self._listener = notify.Listener([notify.PENDING, notify.TIMER])
+        self._sweeper = SweeperThread()
+        self._sweeper.start()
+        logger.info("broker serving %d function(s): %s", len(self._served), ", ".join(sorted(self._served)))
+
+    def _may_claim(self, now: float) -> bool:
+        since = now - self._last_claim
+        return since >= self.MIN_CLAIM_SPACING and (self._new_work or since >= self.REEMIT_AFTER)
+
+    def _wait_seconds(self, now: float) -> float:
+        wake = min(self._recheck_at, self._next_orm_check, now + self.MAX_WAIT)
+        if self._due_at is not None:
+            ready = self._last_claim + (self.MIN_CLAIM_SPACING if self._new_work else self.REEMIT_AFTER)
+            wake = min(wake, max(self._due_at, ready))
+        return max(0.0, wake - now)
+
+    def _orm_tasks(self):
+        now = timezone.now()
+        tasks = []
+        for task in self.get_connection().filter(key=self.list_key, lock__lt=now)[:10]:
+            if self.get_connection().filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
+                tasks.append((task.pk, task.payload))
+        return tasks
+
+    def _refresh_due(self, now: float) -> None:
+        """Ask the tables when the next served execution is due."""
+        self._recheck_at = now + self.MAX_WAIT
+        first = None
+        if self._served:
+            first = ExecutionState.objects.filter(
+                state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE, ffqn__in=list(self._served)
+            ).aggregate(first=Min("pending_expires_finished"))["first"]
+        if first is None:
+            self._due_at = None
+            return
+        self._due_at = now + max(0.0, (first - timezone.now()).total_seconds())
+
+    def _claim_task(self, now: float):
+        """A django-q2 task package for ``claim_and_run``; no ack id, nothing to acknowledge."""
+        self._last_claim = now
+        self._new_work = False
+        self._recheck_at = min(self._recheck_at, now + self.REEMIT_AFTER)
+        name, task_id = uuid()
+        package = {
+            "id": task_id,
+            "name": f"claim-{name}",
+            "func": CLAIM_FUNC,
+            "args": (),
+            "kwargs": {},
+            "started": timezone.now(),
+            "save": False,
+        }
+        return (None, SignedPackage.dumps(package))

@@ -1,0 +1,274 @@
+"""The authoring API for activities and the registry of functions.
+
+::
+
+    from workers import ActivityError, activity
+
+    @activity(max_retries=3, backoff=timedelta(seconds=1), timeout=timedelta(seconds=5))
+    def greet(name: str) -> str:
+        return f"Hello, {name}!"
+
+An activity is registered under an Obelisk function name: ``name=`` if given, otherwise
+``py:<package>/<module path>.<function>`` (``demo.activities.greet`` →
+``py:demo/activities.greet``). Parameters and the return value are typed by the function's
+annotations and validated with pydantic: at submission (a wrong call is refused before it
+is stored), when the run starts, and when it returns. Payloads are JSON.
+
+Functions are grouped in **components**: one per Python module, whose digest is the SHA-256
+of the module's source, so the executions a version of the code created stay pinned to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from executions.events import ComponentId, RetryConfig, canonical_json
+from executions.ids import FunctionFqn, content_digest
+
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_BACKOFF = timedelta(milliseconds=100)
+DEFAULT_TIMEOUT = timedelta(seconds=60)
+DEFAULT_LOCK_DURATION = timedelta(seconds=10)
+
+
+class ActivityError(Exception):
+    """Raise from an activity to return an error *value* (``{"err": value}``).
+
+    Retried like any failure while retries remain (``retryable=False`` finishes at once);
+    the last attempt's value is the execution's result, so a parent can tell it apart from
+    a crash (``execution_failure``).
+    """
+
+    def __init__(self, value: Any = None, *, retryable: bool = True):
+        super().__init__(value)
+        self.value = value
+        self.retryable = retryable
+
+
+class RegistrationError(Exception):
+    """A function cannot be registered (bad name, unsupported signature, duplicate)."""
+
+
+class ArgumentError(ValueError):
+    """Arguments do not match the function's signature; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    adapter: TypeAdapter
+    annotation: Any
+    default: Any = inspect.Parameter.empty
+
+    def json_schema(self) -> dict:
+        return self.adapter.json_schema()
+
+
+@dataclass(eq=False)
+class ActivityFunction:
+    """A registered activity: the callable, its typed signature and how it runs."""
+
+    ffqn: str
+    fn: Callable
+    parameters: tuple[Parameter, ...]
+    returns: TypeAdapter
+    return_annotation: Any
+    max_retries: int | None
+    backoff: timedelta
+    timeout: timedelta
+    lock_duration: timedelta
+    module: str
+    component_type: str = "activity"
+    _component: ComponentId | None = field(default=None, repr=False)
+
+    @property
+    def retry_config(self) -> RetryConfig:
+        return RetryConfig(max_retries=self.max_retries, retry_exp_backoff=self.backoff)
+
+    @property
+    def component_id(self) -> ComponentId:
+        if self._component is None:
+            self._component = component_of_module(self.module)
+        return self._component
+
+    def __call__(self, *args, **kwargs):
+        """Calling the decorated function directly runs it in-process (handy in tests)."""
+        return self.fn(*args, **kwargs)
+
+    # -- arguments ---------------------------------------------------------------------
+
+    def encode_arguments(self, arguments: list | dict) -> list:
+        """Validate a call's arguments (a JSON array, or an object by parameter name) and
+        return the positional JSON array to store. Raises ``ArgumentError``."""
+        if isinstance(arguments, dict):
+            unknown = set(arguments) - {p.name for p in self.parameters}
+            if unknown:
+                raise ArgumentError(f"{self.ffqn}: unknown argument(s) {sorted(unknown)}")
+            values = []
+            for p in self.parameters:
+                if p.name in arguments:
+                    values.append(arguments[p.name])
+                elif p.default is not inspect.Parameter.empty:
+                    values.append(p.adapter.dump_python(p.default, mode="json"))
+                else:
+                    raise ArgumentError(f"{self.ffqn}: missing argument `{p.name}`")
+            arguments = values
+        if not isinstance(arguments, list):
+            raise ArgumentError(f"{self.ffqn}: arguments must be a JSON array or object, not {type(arguments).__name__}")
+        required = sum(1 for p in self.parameters if p.default is inspect.Parameter.empty)
+        if not required <= len(arguments) <= len(self.parameters):
+            expected = f"{required}" if required == len(self.parameters) else f"{required} to {len(self.parameters)}"
+            raise ArgumentError(f"{self.ffqn}: takes {expected} argument(s), got {len(arguments)}")
+        encoded = []
+        for p, value in zip(self.parameters, arguments):
+            encoded.append(p.adapter.dump_python(_validate(p.adapter, value, f"argument `{p.name}`", self.ffqn), mode="json"))
+        for p in self.parameters[len(arguments) :]:
+            encoded.append(p.adapter.dump_python(p.default, mode="json"))
+        return encoded
+
+    def decode_arguments(self, params: list) -> list:
+        """Stored JSON parameters → Python values for the call."""
+        if len(params) != len(self.parameters):
+            raise ArgumentError(f"{self.ffqn}: takes {len(self.parameters)} argument(s), stored {len(params)}")
+        return [_validate(p.adapter, v, f"argument `{p.name}`", self.ffqn, strict_json=True) for p, v in zip(self.parameters, params)]
+
+    def encode_result(self, value: Any) -> Any:
+        """The function's return value → JSON, checked against the return annotation."""
+        if self.return_annotation is inspect.Signature.empty:
+            return TypeAdapter(Any).dump_python(value, mode="json")
+        checked = _validate(self.returns, value, "return value", self.ffqn)
+        return self.returns.dump_python(checked, mode="json")
+
+    def describe(self) -> dict:
+        """The function's entry in its component's ``exports_json``."""
+        return {
+            "ffqn": self.ffqn,
+            "parameter_types": [{"name": p.name, "type": p.json_schema()} for p in self.parameters],
+            "return_type": self.returns.json_schema() if self.return_annotation is not inspect.Signature.empty else {},
+            "extension": None,
+            "submittable": True,
+        }
+
+
+def _validate(adapter: TypeAdapter, value: Any, what: str, ffqn: str, strict_json: bool = False) -> Any:
+    try:
+        if strict_json:
+            return adapter.validate_json(canonical_json(value))
+        return adapter.validate_python(value)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()
+        )
+        raise ArgumentError(f"{ffqn}: {what} is invalid: {problems}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------
+
+_FUNCTIONS: dict[str, ActivityFunction] = {}
+
+
+def default_ffqn(fn: Callable) -> str:
+    package, _, rest = fn.__module__.partition(".")
+    interface = rest.replace(".", "/") or "functions"
+    return f"py:{package}/{interface}.{fn.__name__}"
+
+
+def activity(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    max_retries: int | None = DEFAULT_MAX_RETRIES,
+    backoff: timedelta = DEFAULT_BACKOFF,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    lock_duration: timedelta = DEFAULT_LOCK_DURATION,
+):
+    """Register ``fn`` as an activity; usable bare (``@activity``) or with options.
+
+    ``max_retries`` None retries forever; the n-th retry waits ``backoff * 2^(n-1)``.
+    ``timeout`` bounds one attempt (the attempt is stopped, then retried as a timeout);
+    ``lock_duration`` is how long a worker holds the execution between lock extensions.
+    """
+
+    def register(target: Callable) -> ActivityFunction:
+        spec = _build(target, name, max_retries, backoff, timeout, lock_duration)
+        existing = _FUNCTIONS.get(spec.ffqn)
+        if existing is not None and existing.fn.__qualname__ != target.__qualname__:
+            raise RegistrationError(f"`{spec.ffqn}` is already registered by {existing.module}.{existing.fn.__qualname__}")
+        _FUNCTIONS[spec.ffqn] = spec
+        functools.update_wrapper(spec, target)
+        return spec
+
+    return register(fn) if fn is not None else register
+
+
+def _build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFunction:
+    ffqn = name or default_ffqn(fn)
+    try:
+        ffqn = str(FunctionFqn.parse(ffqn))
+    except Exception as error:
+        raise RegistrationError(str(error)) from None
+    if max_retries is not None and max_retries < 0:
+        raise RegistrationError(f"{ffqn}: max_retries must be >= 0 or None")
+    for what, value in (("timeout", timeout), ("lock_duration", lock_duration)):
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            raise RegistrationError(f"{ffqn}: {what} must be a positive timedelta")
+    if inspect.iscoroutinefunction(fn):
+        raise RegistrationError(f"{ffqn}: async activities are not supported yet; use a plain function")
+    signature = inspect.signature(fn)
+    parameters = []
+    for p in signature.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+            raise RegistrationError(f"{ffqn}: parameter `{p.name}` must be positional (no *args, **kwargs or keyword-only)")
+        annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
+        parameters.append(Parameter(p.name, TypeAdapter(annotation), annotation, p.default))
+    returns = signature.return_annotation
+    return ActivityFunction(
+        ffqn=ffqn,
+        fn=fn,
+        parameters=tuple(parameters),
+        returns=TypeAdapter(Any if returns is inspect.Signature.empty else returns),
+        return_annotation=returns,
+        max_retries=max_retries,
+        backoff=backoff,
+        timeout=timeout,
+        lock_duration=lock_duration,
+        module=fn.__module__,
+    )
+
+
+def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunction]:
+    """Import the component modules (``OBELISK['COMPONENT_MODULES']``) and return the registry."""
+    if modules is None:
+        from executions import conf
+
+        modules = conf.get("COMPONENT_MODULES")
+    for module in modules:
+        if module:
+            importlib.import_module(module.strip())
+    return dict(_FUNCTIONS)
+
+
+def get_function(ffqn: str) -> ActivityFunction | None:
+    return _FUNCTIONS.get(ffqn)
+
+
+def functions() -> dict[str, ActivityFunction]:
+    return dict(_FUNCTIONS)
+
+
+@functools.cache
+def component_of_module(module: str) -> ComponentId:
+    """A module's component: its name and the digest of its source."""
+    source = inspect.getsource(sys.modules[module]).encode()
+    return ComponentId(component_type="activity", name=module, component_digest=content_digest(source))

@@ -1,0 +1,335 @@
+"""Run one locked activity execution in this process, for real.
+
+The activity runs in the process's main thread. A ``Watchdog`` thread watches it:
+
+- at the activity's deadline it interrupts the main thread (``SIGUSR1`` → an
+  ``ActivityTimedOut`` exception raised inside the activity's code, which wakes it from
+  blocking calls such as ``time.sleep`` or socket reads);
+- if the activity does not stop within ``grace`` (it swallowed the exception, or is stuck
+  in C code), the watchdog records the outcome itself and ends the process with
+  ``os._exit``; the worker pool (django-q2's sentinel) starts a fresh process;
+- while the activity runs it extends the lock (appending ``Locked`` again) before a third of
+  the lock duration is left, so long activities keep their lock;
+- it checks for a cancellation request and interrupts the activity with
+  ``ActivityCancelled``.
+
+Whatever happens, the run's writes carry its fence (run id + lock generation): once the
+timer sweep has handled an expired lock, or the execution was re-locked, nothing this run
+writes can land.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+from pydantic import TypeAdapter
+
+from executions import errors, store
+from executions.events import Err, Event, ExecutionFailure, Finished, Ok
+from executions.models import ExecutionState
+from executions.state_machine import Lifecycle
+from workers.registry import ActivityError, ActivityFunction, ArgumentError
+
+logger = logging.getLogger("obelisk.runner")
+
+HARD_STOP_EXIT_CODE = 70
+
+
+class ActivityInterrupt(BaseException):
+    """Raised inside an activity to stop it. A ``BaseException``, so ``except Exception``
+    in user code does not swallow it."""
+
+
+class ActivityTimedOut(ActivityInterrupt):
+    pass
+
+
+class ActivityCancelled(ActivityInterrupt):
+    pass
+
+
+class ActivityLockLost(ActivityInterrupt):
+    """The run's lock was taken away (expired and swept, or re-locked)."""
+
+
+@dataclass(frozen=True)
+class ActivityContext:
+    """What a running activity may know about itself (``workers.current_activity()``)."""
+
+    execution_id: str
+    ffqn: str
+    attempt: int
+    run_id: str
+    deadline: datetime
+
+
+_CONTEXT: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar("obelisk_activity", default=None)
+
+
+def current_activity() -> ActivityContext:
+    context = _CONTEXT.get()
+    if context is None:
+        raise RuntimeError("not inside a running activity")
+    return context
+
+
+class WatchedRun:
+    """The watchdog's view of the run in progress; fields change under ``Watchdog.lock``."""
+
+    def __init__(self, locked: store.LockedExecution, spec: ActivityFunction):
+        now = time.monotonic()
+        self.execution_id = locked.execution_id
+        self.fence = locked.fence
+        self.version = locked.next_version
+        self.intermittent_event_count = locked.intermittent_event_count
+        self.spec = spec
+        self.deadline = now + spec.timeout.total_seconds()
+        self.lock_expires_at = locked.locked.lock_expires_at
+        self.started = now
+        self.next_cancel_check = now + Watchdog.CANCEL_CHECK_INTERVAL
+        self.in_user_code = False
+        self.pending: type[ActivityInterrupt] | None = None
+        self.interrupted: type[ActivityInterrupt] | None = None
+        self.interrupted_at: float | None = None
+        self.closed = False
+
+
+class Watchdog:
+    """One per process: enforces deadlines, extends locks and delivers cancellations."""
+
+    CANCEL_CHECK_INTERVAL = 0.5
+    IDLE_TICK = 0.25  # the idle watchdog looks for a new run this often
+
+    def __init__(self, grace: float = 2.0):
+        self.grace = grace
+        self.lock = threading.Condition()
+        self.run: WatchedRun | None = None
+        self.on_hard_stop: Callable[[], None] | None = None
+        self._main = threading.main_thread().ident
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Install the signal handler (main thread) and start the watchdog thread."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        signal.signal(signal.SIGUSR1, self._on_signal)
+        self._main = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._loop, name="obelisk-watchdog", daemon=True)
+        self._thread.start()
+
+    # -- main thread -------------------------------------------------------------------
+
+    def _on_signal(self, signum, frame):
+        run = self.run
+        if run is not None and run.in_user_code and run.pending is not None:
+            exception, run.pending = run.pending, None
+            raise exception(f"activity {run.execution_id} interrupted: {exception.__name__}")
+
+    def begin(self, run: WatchedRun) -> None:
+        """The activity starts. The watchdog thread is woken only if it must act before its
+        next idle tick: waking it for every short activity would cost a GIL hand-off each."""
+        with self.lock:
+            self.run = run
+            run.in_user_code = True
+            if min(run.deadline, self._extension_due(run)) < time.monotonic() + self.IDLE_TICK:
+                self.lock.notify_all()
+
+    def end(self, run: WatchedRun) -> None:
+        """The activity returned or raised: no more interrupts or extensions for it."""
+        with self.lock:
+            run.in_user_code = False
+            run.pending = None
+            run.closed = True
+            self.run = None
+
+    # -- watchdog thread ---------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self._tick()
+            except Exception:  # never let the watchdog die
+                logger.exception("watchdog tick failed")
+                time.sleep(0.1)
+            finally:
+                if self.run is None:
+                    connection.close_if_unusable_or_obsolete()
+
+    def _tick(self) -> None:
+        with self.lock:
+            run = self.run
+            if run is None or run.closed:
+                self.lock.wait(self.IDLE_TICK)
+                return
+            now = time.monotonic()
+            if run.interrupted is not None:
+                if now >= run.interrupted_at + self.grace:
+                    self._hard_stop(run)
+                else:
+                    self.lock.wait(run.interrupted_at + self.grace - now)
+                return
+            if now >= run.deadline:
+                self._interrupt(run, ActivityTimedOut)
+                return
+        if self._needs_extension(run):
+            self._extend(run)
+        if time.monotonic() >= run.next_cancel_check:
+            run.next_cancel_check = time.monotonic() + self.CANCEL_CHECK_INTERVAL
+            if self._cancel_requested(run):
+                with self.lock:
+                    if not run.closed:
+                        self._interrupt(run, ActivityCancelled)
+                return
+        with self.lock:
+            if run.closed or run.interrupted is not None:
+                return
+            now = time.monotonic()
+            wake = min(run.deadline, run.next_cancel_check, self._extension_due(run))
+            self.lock.wait(max(0.0, wake - now))
+
+    def _interrupt(self, run: WatchedRun, exception: type[ActivityInterrupt]) -> None:
+        """Called with ``lock`` held."""
+        run.interrupted = exception
+        run.interrupted_at = time.monotonic()
+        run.pending = exception
+        logger.warning("interrupting %s: %s", run.execution_id, exception.__name__)
+        signal.pthread_kill(self._main, signal.SIGUSR1)
+
+    def _extension_due(self, run: WatchedRun) -> float:
+        remaining = (run.lock_expires_at - timezone.now()).total_seconds()
+        return time.monotonic() + remaining - run.spec.lock_duration.total_seconds() / 3
+
+    def _needs_extension(self, run: WatchedRun) -> bool:
+        return not run.closed and time.monotonic() >= self._extension_due(run)
+
+    def _extend(self, run: WatchedRun) -> None:
+        with self.lock:
+            if run.closed:
+                return
+            expires = timezone.now() + run.spec.lock_duration
+            try:
+                run.version = store.extend_lock(run.execution_id, run.version, run.fence, expires)
+                run.lock_expires_at = expires
+            except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
+                logger.warning("%s lost its lock: %s", run.execution_id, error)
+                self._interrupt(run, ActivityLockLost)
+
+    def _cancel_requested(self, run: WatchedRun) -> bool:
+        lifecycle = ExecutionState.objects.filter(pk=run.execution_id).values_list("lifecycle", flat=True).first()
+        return lifecycle == Lifecycle.CANCELLING
+
+    def _hard_stop(self, run: WatchedRun) -> None:
+        """The activity ignored its interrupt: record the outcome and end the process."""
+        logger.error("%s did not stop within %.1fs of %s; ending the worker process",
+                     run.execution_id, self.grace, run.interrupted.__name__)  # fmt: skip
+        try:
+            if run.interrupted is not ActivityLockLost:
+                event = interrupt_outcome(run, run.interrupted)
+                store.append_many([store.AppendItem(run.execution_id, run.version, event, run.fence)])
+            if self.on_hard_stop:
+                self.on_hard_stop()
+        finally:
+            os._exit(HARD_STOP_EXIT_CODE)
+
+
+def interrupt_outcome(run: WatchedRun, interrupt: type[ActivityInterrupt]) -> Event | store.AttemptFailed:
+    if interrupt is ActivityCancelled:
+        return Finished(retval=ExecutionFailure("cancelled", "cancellation requested while running"))
+    reason = f"timed out after {run.spec.timeout.total_seconds():g} s"
+    return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("timed_out", reason)), timed_out=True)
+
+
+def run_activity(locked: store.LockedExecution, spec: ActivityFunction, watchdog: Watchdog) -> store.AppendItem | None:
+    """Run one attempt and return what to append for it (None: the run lost its lock)."""
+    run = WatchedRun(locked, spec)
+    item = lambda event: store.AppendItem(locked.execution_id, run.version, event, locked.fence)  # noqa: E731
+    try:
+        args = spec.decode_arguments(locked.params)
+    except ArgumentError as error:
+        return item(Finished(retval=ExecutionFailure("uncategorized", f"parameters do not match: {error}")))
+    context = ActivityContext(
+        execution_id=locked.execution_id,
+        ffqn=locked.ffqn,
+        attempt=locked.intermittent_event_count + 1,
+        run_id=locked.fence.run_id,
+        deadline=timezone.now() + spec.timeout,
+    )
+    token = _CONTEXT.set(context)
+    try:
+        try:
+            watchdog.begin(run)
+            try:
+                value = spec.fn(*args)
+            finally:
+                watchdog.end(run)
+            if run.interrupted is not None:  # the activity swallowed its interrupt
+                raise run.interrupted("interrupt was suppressed by the activity")
+            event = Finished(retval=Ok(spec.encode_result(value)))
+        except ActivityLockLost:
+            _discard_connection()
+            return None
+        except ActivityInterrupt as interrupt:
+            _discard_connection()
+            event = interrupt_outcome(run, type(interrupt))
+        except ActivityError as error:
+            event = _error_value_outcome(error)
+        except ArgumentError as error:  # the return value does not match the declared type
+            event = Finished(retval=ExecutionFailure("uncategorized", str(error)))
+        except Exception as error:
+            event = _failure_outcome(error)
+    finally:
+        _CONTEXT.reset(token)
+    return item(event)
+
+
+def _discard_connection() -> None:
+    """An interrupt may land while the activity itself was using the database; start the
+    run's own writes on a fresh connection."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def _error_value_outcome(error: ActivityError) -> Event | store.AttemptFailed:
+    try:
+        value = TypeAdapter(Any).dump_python(error.value, mode="json")
+    except Exception:
+        value = repr(error.value)
+    final = Finished(retval=Err(value))
+    if not error.retryable:
+        return final
+    return store.AttemptFailed(f"activity returned an error: {value!r}", final)
+
+
+def _failure_outcome(error: Exception) -> store.AttemptFailed:
+    reason = f"{type(error).__name__}: {error}"
+    detail = "".join(traceback.format_exception(error))
+    return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("uncategorized", reason, detail)), detail)
+
+
+def extend_before_start(locked: store.LockedExecution, spec: ActivityFunction) -> store.LockedExecution | None:
+    """A claimed execution that waited in its batch: extend its lock before running it if
+    less than half is left; None if the lock is already gone."""
+    remaining = locked.locked.lock_expires_at - timezone.now()
+    if remaining >= spec.lock_duration / 2:
+        return locked
+    expires = timezone.now() + spec.lock_duration
+    try:
+        version = store.extend_lock(locked.execution_id, locked.next_version, locked.fence, expires)
+    except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
+        logger.warning("%s: lock lost before the run started: %s", locked.execution_id, error)
+        return None
+    locked.next_version = version
+    locked.locked = locked.locked.model_copy(update={"lock_expires_at": expires})
+    return locked

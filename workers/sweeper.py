@@ -1,0 +1,112 @@
+"""The timer sweep: every wake-up path that depends on time or on a dead worker.
+
+- expired locks (a worker died or hung): back to pending with a retry, unlocked, or
+  finished as timed out (``state_machine.on_lock_expired``);
+- due delays: their ``DelayFinished`` response is appended, which wakes the workflow;
+- cancellations: a cancelling execution that no live run holds is finished as cancelled
+  (a running activity is stopped by its own worker's watchdog).
+
+Scheduled and retry-pending executions need no sweep: they are plain ``pending_at`` rows
+that become lockable at their time; the broker wakes the executors then.
+
+Everything here is idempotent and safe to run from several clusters at once: each action
+locks its row (``SKIP LOCKED`` for locks) and re-checks it, and the version fence turns a
+lost race into a no-op. State lives in the tables only, so a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from executions import errors, notify, store
+
+logger = logging.getLogger("obelisk.sweeper")
+
+
+@dataclass
+class SweepReport:
+    expired_locks: int = 0
+    fired_delays: int = 0
+    cancelled: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.expired_locks or self.fired_delays or self.cancelled)
+
+
+def sweep(now: datetime | None = None, *, limit: int = 500) -> SweepReport:
+    """One pass over everything due at ``now``."""
+    now = now or timezone.now()
+    report = SweepReport()
+    delays, locks = store.get_expired_timers(now=now, limit=limit)
+    for delay in delays:
+        try:
+            if store.fire_delay(delay.delay_id, now=now) is store.DelayOutcome.DELIVERED:
+                report.fired_delays += 1
+        except errors.StoreError as error:
+            logger.warning("delay %s: %s", delay.delay_id, error)
+    for lock in locks:
+        try:
+            if store.expire_lock(lock.execution_id, now=now) is not None:
+                report.expired_locks += 1
+        except errors.StoreError as error:
+            logger.warning("expired lock of %s: %s", lock.execution_id, error)
+    for execution_id in store.get_cancelling(limit=limit):
+        try:
+            if store.finish_cancelled(execution_id, now=now):
+                report.cancelled += 1
+        except errors.StoreError as error:
+            logger.warning("cancelling %s: %s", execution_id, error)
+    return report
+
+
+class SweeperThread(threading.Thread):
+    """Runs ``sweep`` at the next timer's time, at least every ``max_interval`` seconds,
+    and at once when a timer or a cancellation is written (LISTEN/NOTIFY on PostgreSQL)."""
+
+    def __init__(self, *, max_interval: float = 1.0):
+        super().__init__(name="obelisk-sweeper", daemon=True)
+        self.max_interval = max_interval
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        listener = None
+        while not self.stopping.is_set():
+            try:
+                if listener is None:
+                    listener = notify.Listener([notify.TIMER, notify.CANCEL])
+                report = sweep()
+                if report:
+                    logger.info("sweep: %s", report)
+                listener.wait(self._wait_seconds(progress=bool(report)))
+            except Exception:
+                logger.exception("sweep failed; retrying")
+                if listener is not None:
+                    listener.close()
+                    listener = None
+                connection.close()
+                time.sleep(self.max_interval)
+            finally:
+                close_old_connections()
+        if listener is not None:
+            listener.close()
+
+    def _wait_seconds(self, *, progress: bool) -> float:
+        """Until the next timer is due; an overdue timer the last pass could not handle
+        (another cluster holds it) is retried at the regular interval, not in a loop."""
+        next_at = store.next_timer_at()
+        if next_at is None:
+            return self.max_interval
+        seconds = (next_at - timezone.now()).total_seconds()
+        if seconds <= 0 and not progress:
+            return self.max_interval
+        return min(self.max_interval, max(0.005, seconds))
+
+    def stop(self) -> None:
+        self.stopping.set()
