@@ -14,6 +14,7 @@ activities, so a slow activity never holds a long tail of claimed executions hos
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ class ActivityExecutor:
         self.watchdog = watchdog or Watchdog()
         self.stats = ExecutorStats()
         self._unflushed: list[store.AppendItem] = []
+        self._flush_lock = threading.Lock()  # the watchdog flushes during slow runs
         self._activity_seconds = 0.0
         self._unstarted: list[store.LockedExecution] = []
 
@@ -67,6 +69,7 @@ class ActivityExecutor:
         """Claim and run batches until none is full or ``budget`` seconds have passed."""
         self.watchdog.start()
         self.watchdog.on_hard_stop = self._flush_and_release
+        self.watchdog.on_slow_run = self._flush
         deadline = time.monotonic() + budget
         done = 0
         while True:
@@ -100,9 +103,10 @@ class ActivityExecutor:
             if item is None:
                 self.stats.lost += 1
                 continue
-            if not self._unflushed:
-                oldest_unflushed = time.monotonic()
-            self._unflushed.append(item)
+            with self._flush_lock:
+                if not self._unflushed:
+                    oldest_unflushed = time.monotonic()
+                self._unflushed.append(item)
         self._flush()
 
     def _run_one(self, locked: store.LockedExecution) -> store.AppendItem | None:
@@ -112,14 +116,18 @@ class ActivityExecutor:
             return None
         started = time.monotonic()
         try:
-            return run_activity(locked, spec, self.watchdog)
+            return run_activity(locked, spec, self.watchdog, flush_if_slow=bool(self._unflushed))
         finally:
             self._activity_seconds += time.monotonic() - started
 
     def _flush(self) -> None:
-        items, self._unflushed = self._unflushed, []
-        if not items:
-            return
+        """Write the finished runs' results in one transaction (a group commit)."""
+        with self._flush_lock:
+            items, self._unflushed = self._unflushed, []
+            if items:
+                self._write(items)
+
+    def _write(self, items: list[store.AppendItem]) -> None:
         results = store.append_many(items)
         retry = []
         for item, result in zip(items, results):

@@ -103,6 +103,7 @@ class WatchedRun:
         self.pending: type[ActivityInterrupt] | None = None
         self.interrupted: type[ActivityInterrupt] | None = None
         self.interrupted_at: float | None = None
+        self.flush_at: float | None = None
         self.closed = False
 
 
@@ -111,12 +112,14 @@ class Watchdog:
 
     CANCEL_CHECK_INTERVAL = 0.5
     IDLE_TICK = 0.25  # the idle watchdog looks for a new run this often
+    SLOW_RUN = 0.02  # a run this long gets the batch's finished results written meanwhile
 
     def __init__(self, grace: float = 2.0):
         self.grace = grace
         self.lock = threading.Condition()
         self.run: WatchedRun | None = None
         self.on_hard_stop: Callable[[], None] | None = None
+        self.on_slow_run: Callable[[], None] | None = None
         self._main = threading.main_thread().ident
         self._thread: threading.Thread | None = None
 
@@ -137,13 +140,16 @@ class Watchdog:
             exception, run.pending = run.pending, None
             raise exception(f"activity {run.execution_id} interrupted: {exception.__name__}")
 
-    def begin(self, run: WatchedRun) -> None:
+    def begin(self, run: WatchedRun, *, flush_if_slow: bool = False) -> None:
         """The activity starts. The watchdog thread is woken only if it must act before its
-        next idle tick: waking it for every short activity would cost a GIL hand-off each."""
+        next idle tick: waking it for every short activity would cost a GIL hand-off each.
+        ``flush_if_slow``: results of earlier runs wait for a group commit; if this run turns
+        out slow, the watchdog calls ``on_slow_run`` to write them meanwhile."""
         with self.lock:
             self.run = run
             run.in_user_code = True
-            if min(run.deadline, self._extension_due(run)) < time.monotonic() + self.IDLE_TICK:
+            run.flush_at = run.started + self.SLOW_RUN if flush_if_slow else None
+            if min(run.deadline, self._extension_due(run), run.flush_at or run.deadline) < time.monotonic() + self.IDLE_TICK:
                 self.lock.notify_all()
 
     def end(self, run: WatchedRun) -> None:
@@ -183,6 +189,10 @@ class Watchdog:
             if now >= run.deadline:
                 self._interrupt(run, ActivityTimedOut)
                 return
+        if run.flush_at is not None and time.monotonic() >= run.flush_at:
+            run.flush_at = None
+            if self.on_slow_run is not None:
+                self.on_slow_run()
         if self._needs_extension(run):
             self._extend(run)
         if time.monotonic() >= run.next_cancel_check:
@@ -196,7 +206,7 @@ class Watchdog:
             if run.closed or run.interrupted is not None:
                 return
             now = time.monotonic()
-            wake = min(run.deadline, run.next_cancel_check, self._extension_due(run))
+            wake = min(run.deadline, run.next_cancel_check, self._extension_due(run), run.flush_at or run.deadline)
             self.lock.wait(max(0.0, wake - now))
 
     def _interrupt(self, run: WatchedRun, exception: type[ActivityInterrupt]) -> None:
@@ -251,7 +261,9 @@ def interrupt_outcome(run: WatchedRun, interrupt: type[ActivityInterrupt]) -> Ev
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("timed_out", reason)), timed_out=True)
 
 
-def run_activity(locked: store.LockedExecution, spec: ActivityFunction, watchdog: Watchdog) -> store.AppendItem | None:
+def run_activity(
+    locked: store.LockedExecution, spec: ActivityFunction, watchdog: Watchdog, *, flush_if_slow: bool = False
+) -> store.AppendItem | None:
     """Run one attempt and return what to append for it (None: the run lost its lock)."""
     run = WatchedRun(locked, spec)
     item = lambda event: store.AppendItem(locked.execution_id, run.version, event, locked.fence)  # noqa: E731
@@ -269,7 +281,7 @@ def run_activity(locked: store.LockedExecution, spec: ActivityFunction, watchdog
     token = _CONTEXT.set(context)
     try:
         try:
-            watchdog.begin(run)
+            watchdog.begin(run, flush_if_slow=flush_if_slow)
             try:
                 value = spec.fn(*args)
             finally:

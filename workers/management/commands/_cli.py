@@ -40,16 +40,22 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
             states = ExecutionState.objects.filter(pk__in=pending).exclude(state="finished")
             pending = [s.execution_id for s in states]
             elapsed = time.monotonic() - started
-            if len(pending) == 1:
-                out.write(f"\r  waiting {elapsed:5.1f}s  {status_line(states[0])}\033[K")
-            elif pending:
-                out.write(f"\r  waiting {elapsed:5.1f}s  {len(pending)} of {len(execution_ids)} still running\033[K")
-            out.flush()
+            if pending:
+                what = status_line(states[0]) if len(pending) == 1 else f"{len(pending)} of {len(execution_ids)} still running"
+                if _is_terminal(out):
+                    out.write(f"\r  waiting {elapsed:5.1f}s  {what}\033[K")
+                else:
+                    out.write(f"  waiting {elapsed:5.1f}s  {what}\n")
+                out.flush()
             if deadline is not None and time.monotonic() >= deadline and pending:
-                out.write("\n")
                 raise CommandError(f"timed out with {len(pending)} execution(s) still running")
-    if time.monotonic() - started >= 1.0:
+    if time.monotonic() - started >= 1.0 and _is_terminal(out):
         out.write("\n")
+
+
+def _is_terminal(out) -> bool:
+    stream = getattr(out, "_out", out)  # Django's OutputWrapper
+    return hasattr(stream, "isatty") and stream.isatty()
 
 
 def fail(error: errors.StoreError) -> CommandError:

@@ -1,0 +1,115 @@
+"""The operator console for executions: find, filter, inspect; cancel, pause, resume.
+
+Everything is read-only here: state changes go through ``executions.store`` (the admin
+actions call it), never through model forms.
+"""
+
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from executions import display, errors, store
+from executions.events import event_from_json, retval_from_json
+from executions.models import Delay, ExecutionEvent, ExecutionState, JoinSetResponse, LogEntry
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class EventInline(ReadOnlyInline):
+    model = ExecutionEvent
+    fields = ("version", "created_at", "variant", "description")
+    readonly_fields = fields
+    ordering = ("version",)
+    verbose_name_plural = "event history"
+
+    @admin.display(description="event")
+    def description(self, obj):
+        return display.describe_event(event_from_json(obj.json_value))
+
+
+class ResponseInline(ReadOnlyInline):
+    model = JoinSetResponse
+    fk_name = "execution"
+    fields = ("seq", "created_at", "join_set_id", "child_execution", "delay_id", "delay_success")
+    readonly_fields = fields
+    ordering = ("seq",)
+
+
+@admin.register(ExecutionState)
+class ExecutionStateAdmin(ReadOnlyAdmin):
+    list_display = ("execution_id", "ffqn", "status_badge", "created_at", "pending_expires_finished", "intermittent_event_count", "result")
+    list_filter = ("state", "lifecycle", "component_type", "is_top_level", "ffqn")
+    search_fields = ("execution_id", "ffqn")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    inlines = [EventInline, ResponseInline]
+    actions = ["cancel", "pause", "resume"]
+    list_per_page = 50
+
+    @admin.display(description="status", ordering="state")
+    def status_badge(self, obj):
+        colour = {"finished": "#2e7d32", "locked": "#1565c0", "cancelling": "#c62828", "paused": "#ef6c00"}.get(obj.status, "#555")
+        return format_html('<b style="color:{}">{}</b>', colour, obj.status)
+
+    @admin.display(description="result")
+    def result(self, obj):
+        if not obj.is_finished:
+            return "—"
+        event = obj.events.filter(version=obj.corresponding_version).values_list("json_value", flat=True).first()
+        return display.describe_retval(retval_from_json(event["finished"]["retval"])) if event else obj.result_kind
+
+    def _apply(self, request, queryset, operation, verb):
+        done = 0
+        for execution_id in queryset.values_list("execution_id", flat=True):
+            try:
+                operation(execution_id)
+                done += 1
+            except errors.StoreError as error:
+                self.message_user(request, f"{execution_id}: {error}", messages.WARNING)
+        self.message_user(request, f"{verb} {done} execution(s).")
+
+    @admin.action(description="Cancel selected executions")
+    def cancel(self, request, queryset):
+        self._apply(request, queryset, store.cancel, "Requested cancellation of")
+
+    @admin.action(description="Pause selected executions")
+    def pause(self, request, queryset):
+        self._apply(request, queryset, store.pause_execution, "Paused")
+
+    @admin.action(description="Resume selected executions")
+    def resume(self, request, queryset):
+        self._apply(request, queryset, store.unpause_execution, "Resumed")
+
+
+@admin.register(Delay)
+class DelayAdmin(ReadOnlyAdmin):
+    list_display = ("delay_id", "execution", "join_set_id", "expires_at", "is_paused")
+    list_filter = ("is_paused",)
+    search_fields = ("delay_id",)
+
+
+@admin.register(LogEntry)
+class LogEntryAdmin(ReadOnlyAdmin):
+    list_display = ("execution", "run_id", "created_at", "level", "message")
+    list_filter = ("level",)
+    search_fields = ("execution__execution_id", "message")
