@@ -204,7 +204,9 @@ def engine(url: str, workers: int, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument(
+        "--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    )
     parser.add_argument("--drain", type=int, default=20000, help="executions in the drain run")
     parser.add_argument("--sequential", type=int, default=2000, help="executions submitted one at a time")
     parser.add_argument("--latency", type=int, default=500, help="single executions timed end to end")
@@ -229,8 +231,12 @@ def main() -> None:
         print(f"done: {workers} worker(s)", file=sys.stderr)
 
     print(f"\nObelisk for Django, PostgreSQL at {urlparse(url).hostname}:{urlparse(url).port}, no-op activity")
-    print(f"{'workers':>7} | {'pgbench 1-row insert':>28} | {'drain':>24} | {'one at a time':>15} | {'submit → result':>20} | ratio")
-    print(f"{'':>7} | {'tx/s   p50 / p99 ms':>28} | {'exec/s   events/s':>24} | {'exec/s':>15} | {'p50 / p99 ms':>20} | drain / pgbench")
+    print(
+        f"{'workers':>7} | {'pgbench 1-row insert':>28} | {'drain':>24} | {'one at a time':>15} | {'submit → result':>20} | ratio"
+    )
+    print(
+        f"{'':>7} | {'tx/s   p50 / p99 ms':>28} | {'exec/s   events/s':>24} | {'exec/s':>15} | {'p50 / p99 ms':>20} | drain / pgbench"
+    )
     for workers, b, m in rows:
         d, s, lat = m["drain"], m["one_at_a_time"], m["latency"]
         print(
@@ -238,8 +244,10 @@ def main() -> None:
             f"{d['exec_s']:>9,.0f}  {d['events_s']:>12,.0f} | {s['exec_s']:>15,.0f} | "
             f"{lat['p50']:>9.2f} / {lat['p99']:<8.2f} | {d['exec_s'] / b['tps']:.2f}"
         )
-    print("\n(drain: first lock to last finish, from the log; one at a time: first submit to last result;"
-          " latency: submit to result seen by the client; pgbench clients = workers)")
+    print(
+        "\n(drain: first lock to last finish, from the log; one at a time: first submit to last result;"
+        " latency: submit to result seen by the client; pgbench clients = workers)"
+    )
 
 
 if __name__ == "__main__":

@@ -93,7 +93,9 @@ class Deployment(models.Model):
 class DeploymentFile(models.Model):
     """``t_deployment_file``: a file of a deployment; the blob may still be missing from ``t_file``."""
 
-    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, db_column="deployment_id", related_name="files")
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.CASCADE, db_column="deployment_id", related_name="files"
+    )
     digest = models.CharField(max_length=71)
     path = models.TextField()
 

@@ -25,7 +25,12 @@ def manifest_of(functions) -> dict:
         component = spec.component_id
         entry = components.setdefault(
             component.name,
-            {"name": component.name, "type": component.component_type, "digest": component.component_digest, "exports": []},
+            {
+                "name": component.name,
+                "type": component.component_type,
+                "digest": component.component_digest,
+                "exports": [],
+            },
         )
         entry["exports"].append(spec.describe())
     return {"components": sorted(components.values(), key=lambda c: c["name"])}

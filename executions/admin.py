@@ -57,7 +57,15 @@ class ResponseInline(ReadOnlyInline):
 
 @admin.register(ExecutionState)
 class ExecutionStateAdmin(ReadOnlyAdmin):
-    list_display = ("execution_id", "ffqn", "status_badge", "created_at", "pending_expires_finished", "intermittent_event_count", "result")
+    list_display = (
+        "execution_id",
+        "ffqn",
+        "status_badge",
+        "created_at",
+        "pending_expires_finished",
+        "intermittent_event_count",
+        "result",
+    )
     list_filter = ("state", "lifecycle", "component_type", "is_top_level", "ffqn")
     search_fields = ("execution_id", "ffqn")
     date_hierarchy = "created_at"
@@ -68,7 +76,9 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
 
     @admin.display(description="status", ordering="state")
     def status_badge(self, obj):
-        colour = {"finished": "#2e7d32", "locked": "#1565c0", "cancelling": "#c62828", "paused": "#ef6c00"}.get(obj.status, "#555")
+        colour = {"finished": "#2e7d32", "locked": "#1565c0", "cancelling": "#c62828", "paused": "#ef6c00"}.get(
+            obj.status, "#555"
+        )
         return format_html('<b style="color:{}">{}</b>', colour, obj.status)
 
     @admin.display(description="result")

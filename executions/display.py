@@ -61,7 +61,9 @@ def describe_event(event: Event) -> str:
 
 def format_history(log) -> list[str]:
     """``store.ExecutionLog`` → lines: one per event, then one per response."""
-    lines = [f"  v{record.version:<3} {_time(record.created_at)}  {describe_event(record.event)}" for record in log.events]
+    lines = [
+        f"  v{record.version:<3} {_time(record.created_at)}  {describe_event(record.event)}" for record in log.events
+    ]
     for response in log.responses:
         what = response.child_execution_id or response.delay_id
         lines.append(f"  resp #{response.seq} {response.join_set_id} {what}")

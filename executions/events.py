@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, ClassVar, Literal, Union
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -53,7 +53,7 @@ def _utc(value: Any) -> Any:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("timestamps must be timezone-aware")
-        return value.astimezone(timezone.utc)
+        return value.astimezone(UTC)
     return value
 
 
@@ -91,7 +91,7 @@ class ExecutionFailure:
     detail: str | None = None
 
 
-RetVal = Union[Ok, Err, ExecutionFailure]
+RetVal = Ok | Err | ExecutionFailure
 
 RESULT_KIND_OK = '"ok"'
 RESULT_KIND_ERROR = '{"err":"error"}'
@@ -218,7 +218,7 @@ class ChildExecutionRequest(Record):
 class JoinSetRequest(Record):
     type: Literal["join_set_request"] = "join_set_request"
     join_set_id: str
-    request: Annotated[Union[DelayRequest, ChildExecutionRequest], Field(discriminator="type")]
+    request: Annotated[DelayRequest | ChildExecutionRequest, Field(discriminator="type")]
 
 
 class JoinNext(Record):
@@ -256,16 +256,7 @@ class Stub(Record):
 
 
 HistoryEvent = Annotated[
-    Union[
-        Persist,
-        JoinSetCreate,
-        JoinSetRequest,
-        JoinNext,
-        JoinNextTry,
-        JoinNextTooMany,
-        Schedule,
-        Stub,
-    ],
+    Persist | JoinSetCreate | JoinSetRequest | JoinNext | JoinNextTry | JoinNextTooMany | Schedule | Stub,
     Field(discriminator="type"),
 ]
 

@@ -37,7 +37,9 @@ JOIN_SET_KINDS = {"o": "one_off", "n": "named", "g": "generated"}
 
 def _check_ulid(text: str, what: str) -> str:
     if not _ULID_RE.match(text):
-        raise InvalidId(f"{what}: `{text}` is not a 26-character upper-case Crockford ULID (base32, first character 0-7)")
+        raise InvalidId(
+            f"{what}: `{text}` is not a 26-character upper-case Crockford ULID (base32, first character 0-7)"
+        )
     return text
 
 
@@ -62,8 +64,7 @@ class JoinSetId:
             raise InvalidId(f"join set kind must be one of o, n, g; got `{self.kind}`")
         if not self.name or not _JOIN_SET_NAME_RE.match(self.name):
             raise InvalidId(
-                f"join set name `{self.name}` must be non-empty and contain only "
-                "letters, digits and `_`, `/`, `-`"
+                f"join set name `{self.name}` must be non-empty and contain only letters, digits and `_`, `/`, `-`"
             )
 
     @classmethod

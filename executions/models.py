@@ -87,7 +87,9 @@ class ExecutionState(models.Model):
                 name="t_state_finished_is_released",
             ),
             CheckConstraint(
-                condition=(Q(state=State.BLOCKED_BY_JOIN_SET) & Q(join_set_id__isnull=False, join_set_closing__isnull=False))
+                condition=(
+                    Q(state=State.BLOCKED_BY_JOIN_SET) & Q(join_set_id__isnull=False, join_set_closing__isnull=False)
+                )
                 | (~Q(state=State.BLOCKED_BY_JOIN_SET) & Q(join_set_id__isnull=True, join_set_closing__isnull=True)),
                 name="t_state_join_set_iff_blocked",
             ),
@@ -107,7 +109,9 @@ class ExecutionState(models.Model):
             # Expired-lock scan of the timer sweep.
             Index(fields=["pending_expires_finished"], condition=Q(state=State.LOCKED), name="t_state_locked_expiry"),
             # The cancellation driver and the paused list.
-            Index(fields=["lifecycle", "created_at"], condition=~Q(lifecycle=Lifecycle.ACTIVE), name="t_state_lifecycle"),
+            Index(
+                fields=["lifecycle", "created_at"], condition=~Q(lifecycle=Lifecycle.ACTIVE), name="t_state_lifecycle"
+            ),
             # Listing: newest first, top-level by default, by function, by deployment.
             Index(fields=["is_top_level", "created_at"], name="t_state_top_level_created"),
             Index(fields=["created_at"], name="t_state_created"),
@@ -146,7 +150,8 @@ class ExecutionEvent(models.Model):
     join_set_id = models.CharField(max_length=512, null=True, blank=True)
     history_event_type = models.CharField(max_length=20, null=True, blank=True)
     consumes_response = models.BooleanField(
-        default=False, help_text="JoinNext, or JoinNextTry that found a response: takes the next response of its join set."
+        default=False,
+        help_text="JoinNext, or JoinNextTry that found a response: takes the next response of its join set.",
     )
 
     class Meta:
@@ -216,7 +221,9 @@ class JoinSetResponse(models.Model):
             UniqueConstraint(
                 fields=["child_execution"], condition=Q(child_execution__isnull=False), name="t_join_set_response_child"
             ),
-            UniqueConstraint(fields=["delay_id"], condition=Q(delay_id__isnull=False), name="t_join_set_response_delay"),
+            UniqueConstraint(
+                fields=["delay_id"], condition=Q(delay_id__isnull=False), name="t_join_set_response_delay"
+            ),
             CheckConstraint(condition=Q(seq__gte=1), name="t_join_set_response_seq_gte_1"),
             CheckConstraint(
                 condition=(
@@ -277,7 +284,9 @@ class LogEntry(models.Model):
         verbose_name_plural = "log entries"
         constraints = [
             CheckConstraint(
-                condition=(Q(level__isnull=False, message__isnull=False) & Q(stream_type__isnull=True, payload__isnull=True))
+                condition=(
+                    Q(level__isnull=False, message__isnull=False) & Q(stream_type__isnull=True, payload__isnull=True)
+                )
                 | (Q(level__isnull=True, message__isnull=True) & Q(stream_type__isnull=False, payload__isnull=False)),
                 name="t_log_log_or_stream",
             ),

@@ -66,15 +66,20 @@ class Notes:
             out.append((TIMER, ""))
         return out
 
-    def publish(self, using: str = "default") -> None:
-        """Call inside the operation's transaction, after its last write."""
+    def publish(self, statements=None, using: str = "default") -> None:
+        """Call inside the operation's transaction, after its last write. With
+        ``statements`` (an ``executions.sql.Statements``) the NOTIFY joins that batch."""
         messages = self.messages()
         if not messages:
             return
         if is_postgres(using):
             placeholders = ", ".join("pg_notify(%s, %s)" for _ in messages)
-            with connections[using].cursor() as cursor:
-                cursor.execute(f"SELECT {placeholders}", [part for message in messages for part in message])
+            sql, params = f"SELECT {placeholders}", [part for message in messages for part in message]
+            if statements is not None:
+                statements.add(sql, params)
+            else:
+                with connections[using].cursor() as cursor:
+                    cursor.execute(sql, params)
         transaction.on_commit(lambda: _HUB.deliver(messages), using=using)
 
 

@@ -79,8 +79,7 @@ def database_from_env(url: str | None) -> dict:
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
             "init_command": (
-                "PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;"
-                "PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000"
+                "PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000"
             ),
         }
     else:

@@ -1,4 +1,5 @@
 """URL configuration: the admin is the operator console."""
+
 from django.contrib import admin
 from django.urls import path
 

@@ -3,9 +3,7 @@ into each state through the real store API (never by writing rows directly)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from executions import store
 from executions.events import (
@@ -20,7 +18,9 @@ from executions.events import (
 from executions.ids import ExecutionId, JoinSetId, content_digest, new_executor_id, new_run_id
 from executions.models import Delay, ExecutionEvent, ExecutionState, JoinSetResponse, LogEntry
 
-ACTIVITY = ComponentId(component_type="activity", name="test_activities", component_digest=content_digest(b"activities"))
+ACTIVITY = ComponentId(
+    component_type="activity", name="test_activities", component_digest=content_digest(b"activities")
+)
 WORKFLOW = ComponentId(component_type="workflow", name="test_workflows", component_digest=content_digest(b"workflows"))
 DEPLOYMENT = "Dep_01JAAAAAAAAAAAAAAAAAAAAAAA"
 FFQN = "test:pkg/ifc.fn"
@@ -28,7 +28,7 @@ WORKFLOW_FFQN = "test:pkg/workflow.run"
 RETRY = RetryConfig(max_retries=3, retry_exp_backoff=timedelta(seconds=1))
 TERMS = store.LockTerms(ACTIVITY, RETRY, timedelta(seconds=10))
 WORKFLOW_TERMS = store.LockTerms(WORKFLOW, RetryConfig(max_retries=None), timedelta(seconds=10))
-T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt_timezone.utc)
+T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def create(
@@ -85,7 +85,9 @@ def history(event) -> HistoryEventRecord:
     return HistoryEventRecord(event=event)
 
 
-def block_on_child(execution_id: str, locked: store.LockedExecution, *, now=None, name: str = "js") -> tuple[str, str, int]:
+def block_on_child(
+    execution_id: str, locked: store.LockedExecution, *, now=None, name: str = "js"
+) -> tuple[str, str, int]:
     """A locked workflow submits one child activity in join set ``n:<name>`` and waits for it.
 
     Returns ``(join set id, child id, next version)``; the workflow ends up blocked.
@@ -137,4 +139,6 @@ def db_snapshot() -> dict:
 
 
 def event_variants(execution_id: str) -> list[str]:
-    return list(ExecutionEvent.objects.filter(execution_id=execution_id).order_by("version").values_list("variant", flat=True))
+    return list(
+        ExecutionEvent.objects.filter(execution_id=execution_id).order_by("version").values_list("variant", flat=True)
+    )

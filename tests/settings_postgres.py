@@ -1,4 +1,5 @@
 """Test settings on PostgreSQL: ``OBELISK_TEST_DATABASE_URL`` (``scripts/test.sh`` sets it)."""
+
 import os
 
 from obelisk_site.settings import *  # noqa: F401,F403

@@ -1,4 +1,5 @@
 """Test settings on SQLite: a file database, so worker subprocesses can share it."""
+
 from obelisk_site.settings import *  # noqa: F401,F403
 from obelisk_site.settings import VAR_DIR, database_from_env
 

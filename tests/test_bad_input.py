@@ -427,10 +427,7 @@ NAIVE_CALLS = {
 
 @pytest.mark.parametrize(
     "call",
-    [
-        name
-        for name in NAIVE_CALLS
-    ],
+    [name for name in NAIVE_CALLS],
 )
 def test_naive_datetimes_are_refused(world, call):
     refused(errors.ValidationFailed, lambda: NAIVE_CALLS[call](world), match="timezone-aware")

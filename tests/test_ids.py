@@ -135,10 +135,29 @@ def test_random_seed_is_stable_per_id():
         (None, ("E_<ULID>",)),
     ],
     ids=[
-        "lowercase-ulid", "missing-prefix", "wrong-prefix", "empty-ulid", "ulid-too-long", "non-crockford-char",
-        "ulid-overflow", "bad-kind", "no-kind", "empty-name", "dot-in-name", "space-in-name", "index-0",
-        "non-numeric-index", "leading-zero-index", "empty-index", "no-index", "negative-index", "trailing-dot",
-        "empty-segment", "superscript-digit-index", "empty", "none",
+        "lowercase-ulid",
+        "missing-prefix",
+        "wrong-prefix",
+        "empty-ulid",
+        "ulid-too-long",
+        "non-crockford-char",
+        "ulid-overflow",
+        "bad-kind",
+        "no-kind",
+        "empty-name",
+        "dot-in-name",
+        "space-in-name",
+        "index-0",
+        "non-numeric-index",
+        "leading-zero-index",
+        "empty-index",
+        "no-index",
+        "negative-index",
+        "trailing-dot",
+        "empty-segment",
+        "superscript-digit-index",
+        "empty",
+        "none",
     ],  # fmt: skip
 )
 def test_invalid_execution_ids(text, fragments):
@@ -215,8 +234,18 @@ def test_delay_id_roundtrip_and_split_to_parts(owner, join_set, idx):
         (f"Delay_{ULID}.n:_1", ("non-empty",)),
         (None, ("Delay_",)),
     ],
-    ids=["execution-prefix", "lowercase-prefix", "no-join-set", "lowercase-ulid", "index-0",
-         "leading-zero", "non-numeric-index", "bad-kind", "empty-name", "none"],  # fmt: skip
+    ids=[
+        "execution-prefix",
+        "lowercase-prefix",
+        "no-join-set",
+        "lowercase-ulid",
+        "index-0",
+        "leading-zero",
+        "non-numeric-index",
+        "bad-kind",
+        "empty-name",
+        "none",
+    ],  # fmt: skip
 )
 def test_invalid_delay_ids(text, fragments):
     invalid(lambda: DelayId.parse(text), *fragments)
@@ -231,7 +260,11 @@ def test_invalid_delay_ids(text, fragments):
     ("text", "parts", "interface_name"),
     [
         ("ns:pkg/ifc.fn", ("ns", "pkg", "ifc", "fn", None), "ns:pkg/ifc"),
-        ("test:pkg/workflow.run-cancellable", ("test", "pkg", "workflow", "run-cancellable", None), "test:pkg/workflow"),
+        (
+            "test:pkg/workflow.run-cancellable",
+            ("test", "pkg", "workflow", "run-cancellable", None),
+            "test:pkg/workflow",
+        ),
         ("ns:pkg/ifc@1.2.3.fn", ("ns", "pkg", "ifc", "fn", "1.2.3"), "ns:pkg/ifc@1.2.3"),
         ("ns:pkg/ifc@1.0.0-rc.1.do_it", ("ns", "pkg", "ifc", "do_it", "1.0.0-rc.1"), "ns:pkg/ifc@1.0.0-rc.1"),
         ("my-ns:my_pkg/a/b.f", ("my-ns", "my_pkg", "a/b", "f", None), "my-ns:my_pkg/a/b"),
@@ -248,9 +281,30 @@ def test_function_fqn(text, parts, interface_name):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "fn", "ns:pkg.fn", "ns:pkg/ifc", "pkg/ifc.fn", "ns:pkg/ifc.", "ns:pkg/ifc.1fn", "ns:pkg/ifc@.fn", "ns pkg/ifc.fn", None],
-    ids=["empty", "bare", "no-interface", "no-function", "no-namespace", "empty-function", "digit-function",
-         "empty-version", "space", "none"],  # fmt: skip
+    [
+        "",
+        "fn",
+        "ns:pkg.fn",
+        "ns:pkg/ifc",
+        "pkg/ifc.fn",
+        "ns:pkg/ifc.",
+        "ns:pkg/ifc.1fn",
+        "ns:pkg/ifc@.fn",
+        "ns pkg/ifc.fn",
+        None,
+    ],
+    ids=[
+        "empty",
+        "bare",
+        "no-interface",
+        "no-function",
+        "no-namespace",
+        "empty-function",
+        "digit-function",
+        "empty-version",
+        "space",
+        "none",
+    ],  # fmt: skip
 )
 def test_invalid_function_fqn(text):
     invalid(lambda: FunctionFqn.parse(text), "namespace:pkg/ifc.fn", f"`{text}`")
@@ -263,7 +317,11 @@ def test_invalid_function_fqn(text):
 
 @pytest.mark.parametrize(
     ("parse", "new", "prefix"),
-    [(parse_run_id, new_run_id, "Run_"), (parse_executor_id, new_executor_id, "Exr_"), (parse_deployment_id, new_deployment_id, "Dep_")],
+    [
+        (parse_run_id, new_run_id, "Run_"),
+        (parse_executor_id, new_executor_id, "Exr_"),
+        (parse_deployment_id, new_deployment_id, "Dep_"),
+    ],
     ids=["run", "executor", "deployment"],
 )
 def test_prefixed_ids(parse, new, prefix):
@@ -289,7 +347,15 @@ def test_content_digest():
 
 @pytest.mark.parametrize(
     "text",
-    ["sha256:" + "A" * 64, "sha256:" + "0" * 63, "sha256:" + "0" * 65, "md5:" + "0" * 64, "0" * 64, "sha256:" + "g" * 64, None],
+    [
+        "sha256:" + "A" * 64,
+        "sha256:" + "0" * 63,
+        "sha256:" + "0" * 65,
+        "md5:" + "0" * 64,
+        "0" * 64,
+        "sha256:" + "g" * 64,
+        None,
+    ],
     ids=["uppercase-hex", "too-short", "too-long", "wrong-algorithm", "no-prefix", "not-hex", "none"],
 )
 def test_invalid_digests(text):

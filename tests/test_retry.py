@@ -42,7 +42,9 @@ TEMPORARY = ("temporarily_failed", "temporarily_timed_out")
 
 
 @pytest.mark.parametrize("max_retries", [1, 2, 5, 12])
-@pytest.mark.parametrize("backoff", [SECOND, timedelta(milliseconds=250), timedelta(minutes=3)], ids=["1s", "250ms", "3min"])
+@pytest.mark.parametrize(
+    "backoff", [SECOND, timedelta(milliseconds=250), timedelta(minutes=3)], ids=["1s", "250ms", "3min"]
+)
 def test_backoff_doubles_until_the_retries_are_spent(max_retries, backoff):
     for n in range(1, max_retries + 1):
         assert retry_backoff(n, max_retries, backoff) == backoff * 2 ** (n - 1), n
@@ -202,7 +204,10 @@ def test_activity_retries_with_exponential_backoff_then_finishes(timed_out):
     assert final == Finished(retval=Err("gave up"))
     row = store.get_state(execution_id)
     assert (row.state, row.intermittent_event_count, temporary_events(execution_id)) == ("finished", 2, 2)
-    assert helpers.event_variants(execution_id) == ["created"] + ["locked", TEMPORARY[timed_out]] * 2 + ["locked", "finished"]
+    assert helpers.event_variants(execution_id) == ["created"] + ["locked", TEMPORARY[timed_out]] * 2 + [
+        "locked",
+        "finished",
+    ]
 
 
 def _attempt_failed(execution_id, locked, count, now, timed_out):
@@ -259,7 +264,13 @@ def _assert_not_expired_yet(execution_id, expires):
 def test_expired_workflow_lock_after_progress_is_unlocked_without_a_failure():
     execution_id = helpers.create_workflow(now=T0)
     locked = helpers.lock(execution_id, now=T0)
-    store.append(execution_id, locked.next_version, helpers.history(JoinSetCreate(join_set_id="n:js")), fence=locked.fence, now=T0)
+    store.append(
+        execution_id,
+        locked.next_version,
+        helpers.history(JoinSetCreate(join_set_id="n:js")),
+        fence=locked.fence,
+        now=T0,
+    )
     expires = T0 + LOCK_FOR
     event = store.expire_lock(execution_id, now=expires)
     assert event == Unlocked(unlocked_at=expires, reason="made progress")

@@ -51,9 +51,13 @@ from tests.helpers import DEPLOYMENT, FFQN, T0, WORKFLOW
 pytestmark = pytest.mark.django_db
 
 T1 = T0 + timedelta(seconds=5)  # when the event under test is appended
-STATE_TERMS = store.LockTerms(WORKFLOW, RetryConfig(max_retries=5, retry_exp_backoff=timedelta(seconds=2)), timedelta(seconds=10))
+STATE_TERMS = store.LockTerms(
+    WORKFLOW, RetryConfig(max_retries=5, retry_exp_backoff=timedelta(seconds=2)), timedelta(seconds=10)
+)
 DEPLOYMENT_2 = "Dep_01JBBBBBBBBBBBBBBBBBBBBBBB"
-WORKFLOW_V2 = ComponentId(component_type="workflow", name="test_workflows", component_digest=content_digest(b"workflows v2"))
+WORKFLOW_V2 = ComponentId(
+    component_type="workflow", name="test_workflows", component_digest=content_digest(b"workflows v2")
+)
 MANUAL_UPGRADE = {"type": "success", "reason": {"type": "manual", "force": False}}
 
 PENDING, LOCKED, BLOCKED, FINISHED = "pending_at", "locked", "blocked_by_join_set", "finished"
@@ -156,7 +160,9 @@ PAUSE_LOCKED = Rejected(errors.IllegalState, "cannot append Paused event when ex
 PAUSE_PAUSED = Rejected(errors.IllegalState, "cannot pause, execution is already paused")
 PAUSE_CANCELLING = Rejected(errors.IllegalState, "cannot pause, execution is cancelling")
 NOT_PAUSED = Rejected(errors.IllegalState, "cannot unpause, execution is not paused")
-CANCELLING_AGAIN = Rejected(errors.IllegalState, "cannot append CancellationRequested event, execution is already cancelling")
+CANCELLING_AGAIN = Rejected(
+    errors.IllegalState, "cannot append CancellationRequested event, execution is already cancelling"
+)
 
 
 def not_unlockable(state: str) -> Rejected:
@@ -224,7 +230,9 @@ def make_event(kind: str, row: ExecutionState):
         "paused": Paused,
         "unpaused": Unpaused,
         "cancellation_requested": CancellationRequested,
-        "history_event:join_next": lambda: history(JoinNext(join_set_id="n:next", run_expires_at=RUN_EXPIRES, closing=True)),
+        "history_event:join_next": lambda: history(
+            JoinNext(join_set_id="n:next", run_expires_at=RUN_EXPIRES, closing=True)
+        ),
         "history_event:delay_request": lambda: history(
             JoinSetRequest(
                 join_set_id="n:timer",
@@ -272,7 +280,11 @@ def expected_row(outcome: str, before: dict, event, version: int) -> dict:
             last_lock_version=None, result_kind=None,
         )  # fmt: skip
     elif outcome == UPGRADE:
-        row.update(component_id_input_digest=event.component_digest, deployment_id=event.deployment_id, incompatible_digest=None)
+        row.update(
+            component_id_input_digest=event.component_digest,
+            deployment_id=event.deployment_id,
+            incompatible_digest=None,
+        )
     elif outcome in (PAUSE, UNPAUSE, CANCEL):
         row["lifecycle"] = {PAUSE: "paused", UNPAUSE: "active", CANCEL: "cancelling"}[outcome]
     elif outcome == FINISH:
@@ -385,7 +397,9 @@ def test_decide_agrees_with_the_table():
         try:
             got = state_machine.decide(kind, state, lifecycle)
         except errors.StoreError as error:
-            got = Rejected(type(error), error.state if isinstance(error, errors.UnlockedCannotBeAppended) else str(error))
+            got = Rejected(
+                type(error), error.state if isinstance(error, errors.UnlockedCannotBeAppended) else str(error)
+            )
         want = CODE_TO_EFFECT.get(outcome, outcome)
         if isinstance(want, Rejected) and want.message is None and isinstance(got, Rejected):
             got = Rejected(got.error)
@@ -462,7 +476,7 @@ def test_another_run_cannot_lock_a_locked_execution_even_after_expiry():
     helpers.lock(execution_id, now=T0)
     for now in (T0 + timedelta(seconds=1), T0 + timedelta(hours=1)):
         assert_rejected(
-            lambda: helpers.lock(execution_id, now=now),
+            lambda now=now: helpers.lock(execution_id, now=now),
             Rejected(errors.IllegalState, "cannot lock, already locked"),
         )
     # Same executor, different run: still another lock.
@@ -500,7 +514,9 @@ def test_keep_warm_holder_extends_from_pending_before_scheduled_at():
 def test_another_run_locks_once_pending_is_due_with_a_new_generation():
     execution_id = helpers.create_workflow(now=T0)
     locked = helpers.lock(execution_id, now=T0)
-    store.append(execution_id, 2, Unlocked(unlocked_at=T0 + timedelta(minutes=1), reason="yield"), fence=locked.fence, now=T0)
+    store.append(
+        execution_id, 2, Unlocked(unlocked_at=T0 + timedelta(minutes=1), reason="yield"), fence=locked.fence, now=T0
+    )
     assert store.get_state(execution_id).lock_generation == 1  # the holder's own unlock revokes nothing
     other = helpers.lock(execution_id, now=T0 + timedelta(minutes=1))
     assert other.fence.lock_generation == store.get_state(execution_id).lock_generation == 2
@@ -520,7 +536,9 @@ def test_finished_returns_its_own_version_and_ends_the_log():
     row = store.get_state(execution_id)
     assert (row.corresponding_version, row.next_version) == (2, 2)
     for version in (2, 3):
-        assert_rejected(lambda: store.append(execution_id, version, Finished(retval=Ok(1)), now=T1), FIN)
+        assert_rejected(
+            lambda version=version: store.append(execution_id, version, Finished(retval=Ok(1)), now=T1), FIN
+        )
 
 
 def _locked_parent_with_answered_child(response_at):
@@ -536,14 +554,19 @@ def _locked_parent_with_answered_child(response_at):
             helpers.history(JoinSetCreate(join_set_id=str(js))),
             helpers.history(
                 JoinSetRequest(
-                    join_set_id=str(js), request=ChildExecutionRequest(child_execution_id=child, target_ffqn=FFQN, params=[])
+                    join_set_id=str(js),
+                    request=ChildExecutionRequest(child_execution_id=child, target_ffqn=FFQN, params=[]),
                 )
             ),
         ],
         [
             store.CreateRequest(
-                execution_id=child, ffqn=FFQN, params=[], component_id=helpers.ACTIVITY,
-                deployment_id=DEPLOYMENT, parent=(execution_id, str(js)),
+                execution_id=child,
+                ffqn=FFQN,
+                params=[],
+                component_id=helpers.ACTIVITY,
+                deployment_id=DEPLOYMENT,
+                parent=(execution_id, str(js)),
             )
         ],  # fmt: skip
         fence=locked.fence,
@@ -599,7 +622,11 @@ def test_join_next_try_found_consumes_the_response():
 
 @pytest.mark.parametrize(
     ("column", "after"),
-    [("blocked", (PENDING, "active")), ("blocked/paused", (PENDING, "paused")), ("blocked/cancelling", (BLOCKED, "cancelling"))],
+    [
+        ("blocked", (PENDING, "active")),
+        ("blocked/paused", (PENDING, "paused")),
+        ("blocked/cancelling", (BLOCKED, "cancelling")),
+    ],
 )
 def test_child_response_unblocks_active_and_paused_but_not_cancelling(column, after):
     """§6.4 step 3 and §12.9; blocked at run_expires_at T0+10s, response later at T0+20s."""
@@ -620,16 +647,23 @@ def test_failed_component_upgrade_records_the_incompatible_digest():
     execution_id = build("pending")
     before = row_of(execution_id)
     failed = ComponentUpgradeFinished(
-        component_digest=WORKFLOW_V2.component_digest, deployment_id=DEPLOYMENT_2, outcome={"type": "failed", "reason": "x"}
+        component_digest=WORKFLOW_V2.component_digest,
+        deployment_id=DEPLOYMENT_2,
+        outcome={"type": "failed", "reason": "x"},
     )
     assert store.append(execution_id, 1, failed, now=T1) == 2
-    assert row_of(execution_id) == dict(before, corresponding_version=1, incompatible_digest=WORKFLOW_V2.component_digest)
+    assert row_of(execution_id) == dict(
+        before, corresponding_version=1, incompatible_digest=WORKFLOW_V2.component_digest
+    )
 
 
 def test_paused_delay_request_stores_a_paused_timer():
     execution_id = build("locked")
     request = DelayRequest(delay_id=_delay_id(execution_id), expires_at=DELAY_EXPIRES, paused=True)
-    assert store.append(execution_id, 2, helpers.history(JoinSetRequest(join_set_id="n:timer", request=request)), now=T1) == 3
+    assert (
+        store.append(execution_id, 2, helpers.history(JoinSetRequest(join_set_id="n:timer", request=request)), now=T1)
+        == 3
+    )
     assert Delay.objects.get(delay_id=request.delay_id).is_paused is True
     assert store.get_expired_timers(now=DELAY_EXPIRES)[0] == []  # §10: paused delays do not expire
 
@@ -644,7 +678,9 @@ HISTORY_EVENTS = {
     ),
     "persist": lambda eid: Persist(value=[1, 2], kind={"type": "execution_id"}),
     "schedule": lambda eid: Schedule(execution_id=str(ExecutionId.generate())),
-    "stub": lambda eid: Stub(target_execution_id=str(ExecutionId.parse(eid).child(JoinSetId("o", "s"), 1)), retval_hash="01" + "0" * 64),
+    "stub": lambda eid: Stub(
+        target_execution_id=str(ExecutionId.parse(eid).child(JoinSetId("o", "s"), 1)), retval_hash="01" + "0" * 64
+    ),
     "join_next_too_many": lambda eid: JoinNextTooMany(join_set_id="n:js"),
     "join_next_try_pending": lambda eid: JoinNextTry(join_set_id="n:js", outcome="pending"),
 }
@@ -682,7 +718,12 @@ def test_stale_version_of_an_allowed_event_is_a_version_conflict():
 
 @pytest.mark.parametrize(
     ("column", "kind"),
-    [("pending", "unlocked"), ("locked", "paused"), ("pending", "unpaused"), ("pending/cancelling", "cancellation_requested")],
+    [
+        ("pending", "unlocked"),
+        ("locked", "paused"),
+        ("pending", "unpaused"),
+        ("pending/cancelling", "cancellation_requested"),
+    ],
 )
 def test_stale_version_wins_over_the_events_precondition(column, kind):
     execution_id = build(column)

@@ -28,7 +28,7 @@ STOP_TIMEOUT = 20  # seconds before the process group is killed
 READY_LINE = "broker serving"  # logged by workers.broker once the pusher is dequeuing
 
 
-def test_database_url() -> str:
+def current_database_url() -> str:
     """A ``DATABASE_URL`` for the database this test process uses (the test database that
     pytest-django created; ``settings_dict['NAME']`` has been switched to it)."""
     settings = connection.settings_dict
@@ -105,7 +105,7 @@ class WorkerCluster:
         env.update(
             DJANGO_SETTINGS_MODULE="obelisk_site.settings",
             OBELISK_COMPONENT_MODULES="tests.components",
-            DATABASE_URL=test_database_url(),
+            DATABASE_URL=current_database_url(),
             OBELISK_LOG_LEVEL="INFO",
             PYTHONUNBUFFERED="1",
         )

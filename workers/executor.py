@@ -4,8 +4,9 @@ One executor lives in each worker process. ``claim_and_run`` is what a django-q2
 calls: it locks a batch of due executions of the functions it serves (one transaction,
 ``SKIP LOCKED`` on PostgreSQL), runs them one after another in this process
 (``workers.runner``), and writes their results in group commits (``store.append_many``).
-While batches come back full it keeps claiming, within a time budget, so a backlog drains
-without a round trip through the broker per batch.
+It keeps claiming while work is due, within a time budget, and lingers briefly for new
+work, so neither a backlog nor a stream of single executions needs a round trip through
+the broker per batch.
 
 The batch size adapts: it grows while batches finish quickly and shrinks to 1 for slow
 activities, so a slow activity never holds a long tail of claimed executions hostage.
@@ -18,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from executions import errors, store
+from executions import errors, notify, store
 from executions.events import ExecutionFailure, Finished
 from executions.ids import new_executor_id, new_run_id
 from workers.registry import ActivityFunction
@@ -62,17 +63,26 @@ class ActivityExecutor:
         self.stats = ExecutorStats()
         self._unflushed: list[store.AppendItem] = []
         self._flush_lock = threading.Lock()  # the watchdog flushes during slow runs
+        self._listener: notify.Listener | None = None
         self._activity_seconds = 0.0
         self._unstarted: list[store.LockedExecution] = []
 
-    def claim_and_run(self, *, budget: float = 2.0) -> int:
-        """Claim and run batches until none is full or ``budget`` seconds have passed."""
+    def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
+        """Claim and run batches for up to ``budget`` seconds.
+
+        When nothing is due, wait up to ``linger`` seconds for new work (``LISTEN
+        obelisk_pending``) before giving the process back to django-q2: a worker that just
+        ran picks up the next execution directly, without a round trip through the broker.
+        """
         self.watchdog.start()
         self.watchdog.on_hard_stop = self._flush_and_release
         self.watchdog.on_slow_run = self._flush
+        if self._listener is None:
+            self._listener = notify.Listener([notify.PENDING])
         deadline = time.monotonic() + budget
+        idle_until = time.monotonic() + linger
         done = 0
-        while True:
+        while time.monotonic() < deadline:
             limit = self.batch_size
             batch = store.lock_pending(
                 self.terms,
@@ -81,15 +91,26 @@ class ActivityExecutor:
                 run_id=new_run_id(),
                 deployment_id=self.deployment_id,
             )
-            if not batch:
-                break
-            self._activity_seconds = 0.0
-            self.run_batch(batch)
-            self._adapt(len(batch), self._activity_seconds)
-            done += len(batch)
-            if len(batch) < limit or time.monotonic() >= deadline:
+            if batch:
+                self._activity_seconds = 0.0
+                self.run_batch(batch)
+                self._adapt(len(batch), self._activity_seconds)
+                done += len(batch)
+                idle_until = time.monotonic() + linger
+                continue
+            if not self._wait_for_work(idle_until):
                 break
         return done
+
+    def _wait_for_work(self, until: float) -> bool:
+        """Wait for a served function's work to become due; False when ``until`` passed."""
+        while (timeout := until - time.monotonic()) > 0:
+            for note in self._listener.wait(timeout):
+                if note.channel == notify.PENDING and self.terms.keys() & set(note.items):
+                    return True
+            if not notify.is_postgres():
+                return True  # no LISTEN: each poll interval is worth a claim attempt
+        return False
 
     def run_batch(self, batch: list[store.LockedExecution]) -> None:
         self.stats.claimed += len(batch)
@@ -130,7 +151,7 @@ class ActivityExecutor:
     def _write(self, items: list[store.AppendItem]) -> None:
         results = store.append_many(items)
         retry = []
-        for item, result in zip(items, results):
+        for item, result in zip(items, results, strict=False):
             if isinstance(result, errors.PayloadTooLarge) or (
                 isinstance(result, errors.ValidationFailed) and isinstance(item.event, Finished)
             ):
@@ -142,7 +163,7 @@ class ActivityExecutor:
             else:
                 self.stats.finished += 1
         if retry:
-            for item, result in zip(retry, store.append_many(retry)):
+            for item, result in zip(retry, store.append_many(retry), strict=False):
                 if isinstance(result, errors.StoreError):
                     logger.error("result of %s not recorded: %s", item.execution_id, result)
 

@@ -123,14 +123,18 @@ class ActivityFunction:
                     raise ArgumentError(f"{self.ffqn}: missing argument `{p.name}`")
             arguments = values
         if not isinstance(arguments, list):
-            raise ArgumentError(f"{self.ffqn}: arguments must be a JSON array or object, not {type(arguments).__name__}")
+            raise ArgumentError(
+                f"{self.ffqn}: arguments must be a JSON array or object, not {type(arguments).__name__}"
+            )
         required = sum(1 for p in self.parameters if p.default is inspect.Parameter.empty)
         if not required <= len(arguments) <= len(self.parameters):
             expected = f"{required}" if required == len(self.parameters) else f"{required} to {len(self.parameters)}"
             raise ArgumentError(f"{self.ffqn}: takes {expected} argument(s), got {len(arguments)}")
         encoded = []
-        for p, value in zip(self.parameters, arguments):
-            encoded.append(p.adapter.dump_python(_validate(p.adapter, value, f"argument `{p.name}`", self.ffqn), mode="json"))
+        for p, value in zip(self.parameters, arguments, strict=False):
+            encoded.append(
+                p.adapter.dump_python(_validate(p.adapter, value, f"argument `{p.name}`", self.ffqn), mode="json")
+            )
         for p in self.parameters[len(arguments) :]:
             encoded.append(p.adapter.dump_python(p.default, mode="json"))
         return encoded
@@ -139,7 +143,10 @@ class ActivityFunction:
         """Stored JSON parameters → Python values for the call."""
         if len(params) != len(self.parameters):
             raise ArgumentError(f"{self.ffqn}: takes {len(self.parameters)} argument(s), stored {len(params)}")
-        return [_validate(p.adapter, v, f"argument `{p.name}`", self.ffqn, strict_json=True) for p, v in zip(self.parameters, params)]
+        return [
+            _validate(p.adapter, v, f"argument `{p.name}`", self.ffqn, strict_json=True)
+            for p, v in zip(self.parameters, params, strict=False)
+        ]
 
     def encode_result(self, value: Any) -> Any:
         """The function's return value → JSON, checked against the return annotation."""
@@ -204,7 +211,9 @@ def activity(
         spec = _build(target, name, max_retries, backoff, timeout, lock_duration)
         existing = _FUNCTIONS.get(spec.ffqn)
         if existing is not None and existing.fn.__qualname__ != target.__qualname__:
-            raise RegistrationError(f"`{spec.ffqn}` is already registered by {existing.module}.{existing.fn.__qualname__}")
+            raise RegistrationError(
+                f"`{spec.ffqn}` is already registered by {existing.module}.{existing.fn.__qualname__}"
+            )
         _FUNCTIONS[spec.ffqn] = spec
         functools.update_wrapper(spec, target)
         return spec
@@ -229,7 +238,9 @@ def _build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFu
     parameters = []
     for p in signature.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
-            raise RegistrationError(f"{ffqn}: parameter `{p.name}` must be positional (no *args, **kwargs or keyword-only)")
+            raise RegistrationError(
+                f"{ffqn}: parameter `{p.name}` must be positional (no *args, **kwargs or keyword-only)"
+            )
         annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
         parameters.append(Parameter(p.name, TypeAdapter(annotation), annotation, p.default))
     returns = signature.return_annotation

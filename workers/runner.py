@@ -149,7 +149,10 @@ class Watchdog:
             self.run = run
             run.in_user_code = True
             run.flush_at = run.started + self.SLOW_RUN if flush_if_slow else None
-            if min(run.deadline, self._extension_due(run), run.flush_at or run.deadline) < time.monotonic() + self.IDLE_TICK:
+            if (
+                min(run.deadline, self._extension_due(run), run.flush_at or run.deadline)
+                < time.monotonic() + self.IDLE_TICK
+            ):
                 self.lock.notify_all()
 
     def end(self, run: WatchedRun) -> None:

@@ -5,99 +5,180 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ComponentMetadata',
+            name="ComponentMetadata",
             fields=[
-                ('component_digest', models.CharField(max_length=71, primary_key=True, serialize=False)),
-                ('imports_json', models.JSONField(default=list)),
-                ('exports_json', models.JSONField(default=list)),
-                ('wit', models.TextField(help_text="The component's interface, as text.")),
-                ('wit_origin', models.CharField(max_length=32)),
+                ("component_digest", models.CharField(max_length=71, primary_key=True, serialize=False)),
+                ("imports_json", models.JSONField(default=list)),
+                ("exports_json", models.JSONField(default=list)),
+                ("wit", models.TextField(help_text="The component's interface, as text.")),
+                ("wit_origin", models.CharField(max_length=32)),
             ],
             options={
-                'verbose_name_plural': 'component metadata',
-                'db_table': 't_component_metadata',
+                "verbose_name_plural": "component metadata",
+                "db_table": "t_component_metadata",
             },
         ),
         migrations.CreateModel(
-            name='Deployment',
+            name="Deployment",
             fields=[
-                ('deployment_id', models.CharField(max_length=30, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField()),
-                ('last_active_at', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('inactive', 'inactive'), ('enqueued', 'enqueued'), ('active', 'active')], default='inactive', max_length=8)),
-                ('deployment_toml', models.TextField(help_text='The deployment manifest, verbatim.')),
-                ('obelisk_version', models.CharField(max_length=64)),
-                ('created_by', models.CharField(blank=True, max_length=256, null=True)),
-                ('description', models.CharField(blank=True, max_length=1024, null=True)),
-                ('digest', models.CharField(help_text='sha256 of the manifest.', max_length=71)),
+                ("deployment_id", models.CharField(max_length=30, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField()),
+                ("last_active_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("inactive", "inactive"), ("enqueued", "enqueued"), ("active", "active")],
+                        default="inactive",
+                        max_length=8,
+                    ),
+                ),
+                ("deployment_toml", models.TextField(help_text="The deployment manifest, verbatim.")),
+                ("obelisk_version", models.CharField(max_length=64)),
+                ("created_by", models.CharField(blank=True, max_length=256, null=True)),
+                ("description", models.CharField(blank=True, max_length=1024, null=True)),
+                ("digest", models.CharField(help_text="sha256 of the manifest.", max_length=71)),
             ],
             options={
-                'db_table': 't_deployment',
-                'indexes': [models.Index(fields=['status'], name='t_deployment_status')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['inactive', 'enqueued', 'active'])), name='t_deployment_status_valid'), models.UniqueConstraint(condition=models.Q(('status', 'active')), fields=('status',), name='t_deployment_one_active'), models.UniqueConstraint(condition=models.Q(('status', 'enqueued')), fields=('status',), name='t_deployment_one_enqueued'), models.UniqueConstraint(fields=('digest',), name='t_deployment_digest')],
+                "db_table": "t_deployment",
+                "indexes": [models.Index(fields=["status"], name="t_deployment_status")],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("status__in", ["inactive", "enqueued", "active"])),
+                        name="t_deployment_status_valid",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("status", "active")), fields=("status",), name="t_deployment_one_active"
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("status", "enqueued")), fields=("status",), name="t_deployment_one_enqueued"
+                    ),
+                    models.UniqueConstraint(fields=("digest",), name="t_deployment_digest"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='File',
+            name="File",
             fields=[
-                ('digest', models.CharField(max_length=71, primary_key=True, serialize=False)),
-                ('content', models.BinaryField()),
-                ('size', models.BigIntegerField()),
+                ("digest", models.CharField(max_length=71, primary_key=True, serialize=False)),
+                ("content", models.BinaryField()),
+                ("size", models.BigIntegerField()),
             ],
             options={
-                'db_table': 't_file',
-                'constraints': [models.CheckConstraint(condition=models.Q(('size__gte', 0)), name='t_file_size_gte_0')],
+                "db_table": "t_file",
+                "constraints": [models.CheckConstraint(condition=models.Q(("size__gte", 0)), name="t_file_size_gte_0")],
             },
         ),
         migrations.CreateModel(
-            name='DeploymentComponent',
+            name="DeploymentComponent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('component_name', models.CharField(max_length=256)),
-                ('component_type', models.CharField(choices=[('activity', 'activity'), ('activity_stub', 'activity_stub'), ('workflow', 'workflow'), ('webhook_endpoint', 'webhook_endpoint'), ('cron', 'cron')], max_length=16)),
-                ('component', models.ForeignKey(db_column='component_digest', on_delete=django.db.models.deletion.PROTECT, to='deployments.componentmetadata')),
-                ('deployment', models.ForeignKey(db_column='deployment_id', on_delete=django.db.models.deletion.CASCADE, related_name='components', to='deployments.deployment')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("component_name", models.CharField(max_length=256)),
+                (
+                    "component_type",
+                    models.CharField(
+                        choices=[
+                            ("activity", "activity"),
+                            ("activity_stub", "activity_stub"),
+                            ("workflow", "workflow"),
+                            ("webhook_endpoint", "webhook_endpoint"),
+                            ("cron", "cron"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "component",
+                    models.ForeignKey(
+                        db_column="component_digest",
+                        on_delete=django.db.models.deletion.PROTECT,
+                        to="deployments.componentmetadata",
+                    ),
+                ),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        db_column="deployment_id",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="components",
+                        to="deployments.deployment",
+                    ),
+                ),
             ],
             options={
-                'db_table': 't_deployment_component',
-                'indexes': [models.Index(fields=['deployment', 'component_type', 'component_name'], name='t_deployment_component_type'), models.Index(fields=['deployment', 'component'], name='t_deployment_component_digest')],
-                'constraints': [models.UniqueConstraint(fields=('deployment', 'component_name'), name='t_deployment_component_pk'), models.CheckConstraint(condition=models.Q(('component_type__in', ['activity', 'activity_stub', 'workflow', 'webhook_endpoint', 'cron'])), name='t_deployment_component_type_valid')],
+                "db_table": "t_deployment_component",
+                "indexes": [
+                    models.Index(
+                        fields=["deployment", "component_type", "component_name"], name="t_deployment_component_type"
+                    ),
+                    models.Index(fields=["deployment", "component"], name="t_deployment_component_digest"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(fields=("deployment", "component_name"), name="t_deployment_component_pk"),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            (
+                                "component_type__in",
+                                ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"],
+                            )
+                        ),
+                        name="t_deployment_component_type_valid",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DeploymentFile',
+            name="DeploymentFile",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('digest', models.CharField(max_length=71)),
-                ('path', models.TextField()),
-                ('deployment', models.ForeignKey(db_column='deployment_id', on_delete=django.db.models.deletion.CASCADE, related_name='files', to='deployments.deployment')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("digest", models.CharField(max_length=71)),
+                ("path", models.TextField()),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        db_column="deployment_id",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="files",
+                        to="deployments.deployment",
+                    ),
+                ),
             ],
             options={
-                'db_table': 't_deployment_file',
-                'indexes': [models.Index(fields=['digest'], name='t_deployment_file_digest')],
-                'constraints': [models.UniqueConstraint(fields=('deployment', 'path'), name='t_deployment_file_pk')],
+                "db_table": "t_deployment_file",
+                "indexes": [models.Index(fields=["digest"], name="t_deployment_file_digest")],
+                "constraints": [models.UniqueConstraint(fields=("deployment", "path"), name="t_deployment_file_pk")],
             },
         ),
         migrations.CreateModel(
-            name='ComponentSource',
+            name="ComponentSource",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('component_digest', models.CharField(max_length=71)),
-                ('frame_key', models.TextField()),
-                ('is_suffix', models.BooleanField()),
-                ('file', models.ForeignKey(db_column='digest', on_delete=django.db.models.deletion.PROTECT, to='deployments.file')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("component_digest", models.CharField(max_length=71)),
+                ("frame_key", models.TextField()),
+                ("is_suffix", models.BooleanField()),
+                (
+                    "file",
+                    models.ForeignKey(
+                        db_column="digest", on_delete=django.db.models.deletion.PROTECT, to="deployments.file"
+                    ),
+                ),
             ],
             options={
-                'db_table': 't_component_source',
-                'constraints': [models.UniqueConstraint(fields=('component_digest', 'frame_key', 'is_suffix'), name='t_component_source_pk'), models.CheckConstraint(condition=models.Q(('is_suffix', False), ('frame_key__startswith', '/'), _connector='OR'), name='t_component_source_suffix_slash')],
+                "db_table": "t_component_source",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("component_digest", "frame_key", "is_suffix"), name="t_component_source_pk"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("is_suffix", False), ("frame_key__startswith", "/"), _connector="OR"),
+                        name="t_component_source_suffix_slash",
+                    ),
+                ],
             },
         ),
     ]

@@ -41,14 +41,18 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
             pending = [s.execution_id for s in states]
             elapsed = time.monotonic() - started
             if pending:
-                what = status_line(states[0]) if len(pending) == 1 else f"{len(pending)} of {len(execution_ids)} still running"
+                what = (
+                    status_line(states[0])
+                    if len(pending) == 1
+                    else f"{len(pending)} of {len(execution_ids)} still running"
+                )
                 if _is_terminal(out):
                     out.write(f"\r  waiting {elapsed:5.1f}s  {what}\033[K")
                 else:
                     out.write(f"  waiting {elapsed:5.1f}s  {what}\n")
                 out.flush()
             if deadline is not None and time.monotonic() >= deadline and pending:
-                raise CommandError(f"timed out with {len(pending)} execution(s) still running")
+                raise CommandError(f"timed out with {len(pending)} execution(s) still running") from None
     if time.monotonic() - started >= 1.0 and _is_terminal(out):
         out.write("\n")
 

@@ -14,8 +14,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("function", help="e.g. py:demo/activities.greet")
-        parser.add_argument("arguments", nargs="?", default="[]", help='JSON, e.g. \'["world"]\' or \'{"name": "world"}\'')
-        parser.add_argument("--id", dest="execution_id", help="execution id (E_<ULID>); submitting the same id twice is idempotent")
+        parser.add_argument(
+            "arguments", nargs="?", default="[]", help='JSON, e.g. \'["world"]\' or \'{"name": "world"}\''
+        )
+        parser.add_argument(
+            "--id", dest="execution_id", help="execution id (E_<ULID>); submitting the same id twice is idempotent"
+        )
         parser.add_argument("--in", dest="delay", type=float, help="schedule it this many seconds from now")
         parser.add_argument("--paused", action="store_true", help="create it paused")
         parser.add_argument("--wait", action="store_true", help="wait for the result and print it")

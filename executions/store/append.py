@@ -1,0 +1,175 @@
+"""Appending events (spec 000 §6.2, §7.2): one, a batch, with children, or one each for many executions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from executions import errors, notify
+from executions.events import (
+    Event,
+)
+from executions.ids import (
+    ExecutionId,
+)
+from executions.models import (
+    ExecutionEvent,
+    ExecutionState,
+)
+from executions.sql import Statements
+from executions.store.common import (
+    EVENT_FIELDS,
+    _eid,
+    _now,
+    _row_for_update,
+    _write_transaction,
+)
+from executions.store.datatypes import AppendItem, AttemptFailed, CreateRequest, Fence
+from executions.store.transitions import (
+    _append_in_tx,
+    _Applied,
+    _apply,
+    _create_in_tx,
+    _created_event,
+)
+
+
+def append(
+    execution_id: str,
+    version: int,
+    event: Event | AttemptFailed,
+    *,
+    fence: Fence | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Append one event at ``version`` and update the projection (spec 000 §6.2).
+
+    Returns the next version (for ``Finished``: its own version). ``fence`` is the writer's
+    lock; pass it whenever the writer is a run.
+    """
+    return append_batch_create_new_execution(execution_id, version, [event], [], fence=fence, now=now)
+
+
+def append_batch(
+    execution_id: str,
+    version: int,
+    events: list[Event],
+    *,
+    fence: Fence | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Append several events to one execution, in order, all or nothing."""
+    return append_batch_create_new_execution(execution_id, version, events, [], fence=fence, now=now)
+
+
+def append_batch_create_new_execution(
+    execution_id: str,
+    version: int,
+    events: list[Event],
+    children: list[CreateRequest],
+    *,
+    fence: Fence | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Append events to an execution and create its children (or the executions it
+    schedules) in the same transaction."""
+    if not events:
+        raise errors.ValidationFailed("batch cannot be empty")
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    prepared = []
+    for child in children:
+        child_id = ExecutionId.parse(child.execution_id)
+        created = _created_event(child, child_id, now)
+        if created.parent is not None and created.parent[0] != execution_id:
+            raise errors.ValidationFailed(f"`{child_id}` is not a child of `{execution_id}`")
+        if created.parent is None and created.scheduled_by != execution_id:
+            raise errors.ValidationFailed(f"`{child_id}` must be a child of, or scheduled by, `{execution_id}`")
+        prepared.append((child_id, created, child.paused))
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        notes = notify.Notes()
+        for event in events:
+            version = _append_in_tx(row, version, event, now, fence, notes)
+        for child_id, created, paused in prepared:
+            _create_in_tx(child_id, created, paused, now, notes)
+        notes.publish()
+    return version
+
+
+def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list[int | errors.StoreError]:
+    """Append one event to each of many executions in one transaction (group commit).
+
+    Each item succeeds or fails on its own: the result list holds the next version, or the
+    error that rejected that item (nothing of it written). Rows are locked in id order, so
+    concurrent batches cannot deadlock. An execution may appear only once.
+    """
+    now = _now(now)
+    ids = [_eid(item.execution_id) for item in items]
+    if len(set(ids)) != len(ids):
+        raise errors.ValidationFailed("append_many takes each execution at most once")
+    results: list[int | errors.StoreError] = []
+    with _write_transaction():
+        rows = {row.pk: row for row in ExecutionState.objects.select_for_update().filter(pk__in=ids).order_by("pk")}
+        notes = notify.Notes()
+        applied: list[tuple[ExecutionState, _Applied]] = []
+        for execution_id, item in zip(ids, items, strict=False):
+            row = rows.get(execution_id)
+            try:
+                if row is None:
+                    raise errors.NotFound(f"execution `{execution_id}` not found")
+                snapshot = _row_values(row)
+                done = _apply(row, item.version, item.event, now, item.fence, notes)
+            except errors.StoreError as error:
+                if row is not None:
+                    _restore_row(row, snapshot)
+                results.append(error)
+                continue
+            applied.append((row, done))
+            results.append(done.next_version)
+        statements = Statements()
+        statements.insert(ExecutionEvent, [done.event_row for _, done in applied], EVENT_FIELDS)
+        _update_rows([(row, done.fields) for row, done in applied], statements)
+        responding = [row for row, done in applied if done.after]
+        if responding:  # children: their responses go to parents, through the ORM path
+            statements.run()
+            _lock_parents_in_order(responding)
+            for _, done in applied:
+                for action in done.after:
+                    action()
+        notes.publish(statements)
+        statements.run()
+    return results
+
+
+def _update_rows(changes: list[tuple[ExecutionState, set[str]]], statements: Statements) -> None:
+    """Write many changed rows with one UPDATE per distinct set of new values.
+
+    Every appended event moves ``corresponding_version`` up by exactly one (checked under
+    the row lock), so it is written as ``+ 1`` and rows that differ only in their version
+    share a statement: a batch of finished no-ops is a single UPDATE.
+    """
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for row, fields in changes:
+        values = tuple((name, getattr(row, name)) for name in sorted(fields - {"corresponding_version"}))
+        groups[values].append(row.pk)
+    for values, pks in groups.items():
+        statements.update(
+            ExecutionState, pks, dict(values), plus_one={"corresponding_version": "corresponding_version"}
+        )
+
+
+def _lock_parents_in_order(children: list[ExecutionState]) -> None:
+    """Lock the parents a batch will respond to in id order, so batches never deadlock."""
+    parents = sorted({str(ExecutionId.parse(child.execution_id).split_to_parts()[0]) for child in children})
+    if parents:
+        list(ExecutionState.objects.select_for_update().filter(pk__in=parents).order_by("pk").values_list("pk"))
+
+
+def _row_values(row: ExecutionState) -> dict:
+    return {f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields}
+
+
+def _restore_row(row: ExecutionState, values: dict) -> None:
+    for name, value in values.items():
+        setattr(row, name, value)

@@ -1,0 +1,190 @@
+"""The requests and results of the store API."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from executions.events import (
+    ComponentId,
+    Event,
+    Finished,
+    Locked,
+    RetryConfig,
+    RetVal,
+)
+from executions.models import (
+    ExecutionState,
+)
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """A new execution. ``parent`` is ``(parent execution id, join set id)`` for a child."""
+
+    execution_id: str
+    ffqn: str
+    params: list[Any]
+    component_id: ComponentId
+    deployment_id: str
+    scheduled_at: datetime | None = None
+    parent: tuple[str, str] | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    scheduled_by: str | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class CreateOutcome:
+    next_version: int
+    already_existed: bool
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Proof that a writer holds the lock: the run id and the lock generation it was given."""
+
+    run_id: str
+    lock_generation: int
+
+
+@dataclass(frozen=True)
+class LockTerms:
+    """How an executor locks one function: whose component, how it retries, for how long."""
+
+    component_id: ComponentId
+    retry_config: RetryConfig
+    lock_duration: timedelta
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    version: int
+    created_at: datetime
+    event: Event
+
+
+@dataclass(frozen=True)
+class Response:
+    """A join-set response as the parent sees it; ``seq`` is the per-parent cursor."""
+
+    seq: int
+    created_at: datetime
+    join_set_id: str
+    delay_id: str | None = None
+    delay_success: bool | None = None
+    child_execution_id: str | None = None
+    finished_version: int | None = None
+    child_retval: RetVal | None = None
+
+
+@dataclass
+class LockedExecution:
+    """What a run needs: the call, its fence, and for workflows the history to replay."""
+
+    execution_id: str
+    ffqn: str
+    params: list[Any]
+    metadata: dict[str, str]
+    parent: tuple[str, str] | None
+    component_type: str
+    component_digest: str
+    deployment_id: str
+    next_version: int
+    intermittent_event_count: int
+    locked: Locked
+    fence: Fence
+    history: list[EventRecord] | None = None
+    responses: list[Response] | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionLog:
+    state: ExecutionState
+    events: list[EventRecord]
+    responses: list[Response]
+
+    @property
+    def next_version(self) -> int:
+        return self.state.next_version
+
+
+@dataclass(frozen=True)
+class ExpiredDelay:
+    delay_id: str
+    execution_id: str
+    join_set_id: str
+    expires_at: datetime
+
+
+class CancelOutcome(enum.StrEnum):
+    REQUESTED = "cancellation_requested"
+    ALREADY_CANCELLING = "already_cancelling"
+    ALREADY_CANCELLED = "already_cancelled"
+    ALREADY_FINISHED = "already_finished"
+
+
+class DelayOutcome(enum.StrEnum):
+    DELIVERED = "delivered"
+    ALREADY_FIRED = "already_fired"
+    ALREADY_CANCELLED = "already_cancelled"
+
+
+@dataclass(frozen=True)
+class AttemptFailed:
+    """A run's failed attempt, for ``append`` / ``append_many``: the store appends
+    ``TemporarilyFailed`` / ``TemporarilyTimedOut`` while the retry policy the execution was
+    locked with allows another attempt (counted from the log), otherwise ``final``. Deciding
+    in the store, with the store's clock, makes each back-off in the log exact."""
+
+    reason: str
+    final: Finished
+    detail: str | None = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class AppendItem:
+    """One event for ``append_many``: the executor's result of one run."""
+
+    execution_id: str
+    version: int
+    event: Event | AttemptFailed
+    fence: Fence | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionFilter:
+    """Filters of ``list_executions``; statuses are ORed, everything else is ANDed."""
+
+    ffqn_prefix: str | None = None
+    execution_id_prefix: str | None = None
+    show_derived: bool = False
+    hide_finished: bool = False
+    deployment_id: str | None = None
+    component_digest: str | None = None
+    statuses: tuple[str, ...] = ()
+
+
+STATUS_FILTERS = (
+    "pending",
+    "scheduled",
+    "locked",
+    "blocked",
+    "paused",
+    "cancelling",
+    "finished",
+    "finished_ok",
+    "finished_error",
+    "finished_failure",
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list
+    older_cursor: str | None
+    newer_cursor: str | None

@@ -1,0 +1,152 @@
+"""Pause, unpause, cancel, stub (spec 000 §7.2, §7.3, §7.4; decision 14)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from executions import errors, notify
+from executions.events import (
+    CancellationRequested,
+    ExecutionFailure,
+    Finished,
+    Paused,
+    RetVal,
+    Unlocked,
+    Unpaused,
+    canonical_json,
+    result_kind_of,
+    retval_to_json,
+)
+from executions.ids import (
+    ExecutionId,
+)
+from executions.models import (
+    ExecutionState,
+)
+from executions.state_machine import (
+    Lifecycle,
+    State,
+)
+from executions.store.append import append
+from executions.store.common import _eid, _now, _row_for_update, _write_transaction
+from executions.store.datatypes import CancelOutcome, Fence
+from executions.store.reads import get_event
+from executions.store.transitions import _append_in_tx
+
+
+def pause_execution(execution_id: str, *, now: datetime | None = None) -> int:
+    """Pause a pending or blocked execution. A running workflow is unlocked first (its run
+    is fenced out); a running activity cannot be paused, only cancelled."""
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        if row.is_finished:
+            raise errors.AlreadyFinished(f"execution `{execution_id}` is already finished")
+        notes = notify.Notes()
+        version = row.corresponding_version + 1
+        if row.state == State.LOCKED and row.lifecycle == Lifecycle.ACTIVE:
+            if row.component_type in ("activity", "activity_stub"):
+                raise errors.IllegalState("cannot pause a running activity; cancel it instead")
+            version = _append_in_tx(row, version, Unlocked(unlocked_at=now, reason="paused"), now, None, notes)
+        version = _append_in_tx(row, version, Paused(), now, None, notes)
+        notes.publish()
+    return version
+
+
+def unpause_execution(execution_id: str, *, now: datetime | None = None) -> int:
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        notes = notify.Notes()
+        version = _append_in_tx(row, row.next_version, Unpaused(), now, None, notes)
+        notes.publish()
+    return version
+
+
+def cancel(execution_id: str, *, now: datetime | None = None) -> CancelOutcome:
+    """Request cancellation (lifecycle ``cancelling``); the cancellation driver finishes it.
+
+    Distinct outcomes (spec 004 §5.4 item 18): requested now, already cancelling, already
+    finished as cancelled, already finished otherwise. A missing execution is ``NotFound``.
+    """
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        if row.is_finished:
+            cancelled = result_kind_of(ExecutionFailure("cancelled"))
+            return CancelOutcome.ALREADY_CANCELLED if row.result_kind == cancelled else CancelOutcome.ALREADY_FINISHED
+        if row.lifecycle == Lifecycle.CANCELLING:
+            return CancelOutcome.ALREADY_CANCELLING
+        notes = notify.Notes()
+        _append_in_tx(row, row.corresponding_version + 1, CancellationRequested(), now, None, notes)
+        notes.publish()
+    return CancelOutcome.REQUESTED
+
+
+def get_cancelling(*, limit: int = 100) -> list[str]:
+    return list(
+        ExecutionState.objects.filter(lifecycle=Lifecycle.CANCELLING)
+        .order_by("created_at")
+        .values_list("execution_id", flat=True)[:limit]
+    )
+
+
+def finish_cancelled(
+    execution_id: str, *, fence: Fence | None = None, version: int | None = None, now: datetime | None = None
+) -> bool:
+    """The cancellation driver's write: ``Finished(cancelled)`` for a cancelling execution.
+
+    Without a fence it acts only when no run holds a live lock (pending, blocked, or an
+    expired lock); a running holder stops its run and calls this with its fence and version.
+    Workflows are finished here only once they have no unfinished children. Returns whether
+    it finished the execution.
+    """
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        if row.lifecycle != Lifecycle.CANCELLING:
+            return False
+        if fence is None and row.state == State.LOCKED and row.pending_expires_finished > now:
+            return False
+        if fence is None and row.component_type == "workflow" and _has_unfinished_children(execution_id):
+            return False
+        notes = notify.Notes()
+        retval = ExecutionFailure("cancelled", "cancellation requested")
+        _append_in_tx(row, version or row.corresponding_version + 1, Finished(retval=retval), now, fence, notes)
+        notes.publish()
+    return True
+
+
+def _has_unfinished_children(execution_id: str) -> bool:
+    return (
+        ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
+        .exclude(state=State.FINISHED)
+        .exists()
+    )
+
+
+def upsert_stub_response(execution_id: str, retval: RetVal, *, now: datetime | None = None) -> bool:
+    """Finish a derived execution (normally an activity stub) with ``retval``; idempotent.
+
+    Returns True when it wrote, False when the same value was already there; a different
+    value is ``StubConflict``. The parent gets the response in the same transaction.
+    """
+    now = _now(now)
+    child = ExecutionId.parse(execution_id)
+    if child.is_top_level:
+        raise errors.ValidationFailed("only a derived (child) execution can be stubbed")
+    try:
+        append(str(child), 1, Finished(retval=retval), now=now)
+        return True
+    except errors.AlreadyFinished:
+        pass
+    record = get_event(str(child), 1)
+    if isinstance(record.event, Finished) and canonical_json(retval_to_json(record.event.retval)) == canonical_json(
+        retval_to_json(retval)
+    ):
+        return False
+    raise errors.StubConflict(f"`{child}` already finished with a different value")

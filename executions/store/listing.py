@@ -1,0 +1,120 @@
+"""Listing executions with filters and keyset cursors (spec 000 §7.4 list_executions)."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+
+from django.db.models import Q
+
+from executions import errors
+from executions.models import (
+    ExecutionState,
+)
+from executions.state_machine import (
+    Lifecycle,
+    State,
+)
+from executions.store.common import _now
+from executions.store.datatypes import STATUS_FILTERS, ExecutionFilter, Page
+
+
+def encode_cursor(row: ExecutionState) -> str:
+    raw = f"{row.created_at.isoformat()}|{row.execution_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created_at, execution_id = raw.split("|", 1)
+        return datetime.fromisoformat(created_at), execution_id
+    except (ValueError, UnicodeDecodeError):
+        raise errors.ValidationFailed(f"invalid cursor `{cursor}`") from None
+
+
+def _status_condition(status: str, now: datetime) -> Q:
+    finished_ok = '"ok"'
+    finished_error = '{"err":"error"}'
+    return {
+        "pending": Q(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE, pending_expires_finished__lte=now),
+        "scheduled": Q(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE, pending_expires_finished__gt=now),
+        "locked": Q(state=State.LOCKED, lifecycle=Lifecycle.ACTIVE),
+        "blocked": Q(state=State.BLOCKED_BY_JOIN_SET, lifecycle=Lifecycle.ACTIVE),
+        "paused": Q(lifecycle=Lifecycle.PAUSED),
+        "cancelling": Q(lifecycle=Lifecycle.CANCELLING),
+        "finished": Q(state=State.FINISHED),
+        "finished_ok": Q(state=State.FINISHED, result_kind=finished_ok),
+        "finished_error": Q(state=State.FINISHED, result_kind=finished_error),
+        "finished_failure": Q(state=State.FINISHED) & ~Q(result_kind__in=[finished_ok, finished_error]),
+    }[status]
+
+
+def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):
+    """The queryset of ``list_executions`` (also used by the admin's counts)."""
+    now = _now(now)
+    query = ExecutionState.objects.all()
+    if not filters.show_derived:
+        query = query.filter(is_top_level=True)
+    if filters.ffqn_prefix:
+        query = query.filter(ffqn__startswith=filters.ffqn_prefix)
+    if filters.execution_id_prefix:
+        query = query.filter(execution_id__startswith=filters.execution_id_prefix)
+    if filters.hide_finished:
+        query = query.exclude(state=State.FINISHED)
+    if filters.deployment_id:
+        query = query.filter(deployment_id=filters.deployment_id)
+    if filters.component_digest:
+        query = query.filter(component_id_input_digest=filters.component_digest)
+    if filters.statuses:
+        unknown = set(filters.statuses) - set(STATUS_FILTERS)
+        if unknown:
+            raise errors.ValidationFailed(f"unknown status filter(s) {sorted(unknown)}; use {list(STATUS_FILTERS)}")
+        condition = Q()
+        for status in filters.statuses:
+            condition |= _status_condition(status, now)
+        query = query.filter(condition)
+    return query
+
+
+def list_executions(
+    filters: ExecutionFilter = ExecutionFilter(),
+    *,
+    limit: int = 20,
+    older_than: str | None = None,
+    newer_than: str | None = None,
+    now: datetime | None = None,
+) -> Page:
+    """A page of executions, newest first, with keyset cursors on ``(created_at, id)``.
+
+    Pass ``older_cursor`` of a page as ``older_than`` for the next page, ``newer_cursor`` as
+    ``newer_than`` for the previous one. Ordering and cursor use the same key (a deliberate
+    fix of spec 000 §12.17).
+    """
+    if limit < 1 or limit > 1000:
+        raise errors.ValidationFailed("limit must be between 1 and 1000")
+    if older_than and newer_than:
+        raise errors.ValidationFailed("pass older_than or newer_than, not both")
+    query = filter_executions(filters, now=now)
+    if newer_than:
+        at, execution_id = decode_cursor(newer_than)
+        query = query.filter(Q(created_at__gt=at) | Q(created_at=at, execution_id__gt=execution_id))
+        rows = list(query.order_by("created_at", "execution_id")[: limit + 1])
+        more_newer = len(rows) > limit
+        rows = rows[:limit][::-1]
+        return Page(
+            rows,
+            older_cursor=encode_cursor(rows[-1]) if rows else None,
+            newer_cursor=encode_cursor(rows[0]) if rows and more_newer else None,
+        )
+    if older_than:
+        at, execution_id = decode_cursor(older_than)
+        query = query.filter(Q(created_at__lt=at) | Q(created_at=at, execution_id__lt=execution_id))
+    rows = list(query.order_by("-created_at", "-execution_id")[: limit + 1])
+    more_older = len(rows) > limit
+    rows = rows[:limit]
+    return Page(
+        rows,
+        older_cursor=encode_cursor(rows[-1]) if rows and more_older else None,
+        newer_cursor=encode_cursor(rows[0]) if rows and older_than else None,
+    )

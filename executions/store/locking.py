@@ -1,0 +1,241 @@
+"""Locking executions for a run, and extending a lock (spec 000 §6.3, §7.2)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from executions import errors, notify
+from executions.events import (
+    Created,
+    Locked,
+    event_from_json,
+    event_to_json,
+)
+from executions.ids import (
+    FunctionFqn,
+    parse_deployment_id,
+    parse_executor_id,
+    parse_run_id,
+)
+from executions.models import (
+    ExecutionEvent,
+    ExecutionState,
+)
+from executions.sql import Statements
+from executions.state_machine import (
+    Lifecycle,
+    State,
+)
+from executions.store.common import (
+    EVENT_FIELDS,
+    _eid,
+    _json,
+    _millis,
+    _now,
+    _row_for_update,
+    _write_transaction,
+)
+from executions.store.datatypes import Fence, LockedExecution, LockTerms
+from executions.store.reads import _histories, _responses_of
+from executions.store.transitions import _append_in_tx, _apply, _write_applied
+
+
+def lock_pending(
+    functions: Mapping[str, LockTerms],
+    *,
+    limit: int,
+    executor_id: str,
+    run_id: str,
+    deployment_id: str,
+    now: datetime | None = None,
+) -> list[LockedExecution]:
+    """Lock up to ``limit`` due, active executions of ``functions``, oldest first.
+
+    One transaction: candidates are selected ``FOR UPDATE SKIP LOCKED`` (so concurrent
+    executors never wait for or take each other's rows), a ``Locked`` event is inserted for
+    each and the projections are updated, each with a new lock generation.
+    """
+    now = _now(now)
+    parse_executor_id(executor_id)
+    parse_run_id(run_id)
+    parse_deployment_id(deployment_id)
+    for ffqn in functions:
+        FunctionFqn.parse(ffqn)
+    if limit < 1 or not functions:
+        return []
+    with _write_transaction():
+        candidates = list(
+            ExecutionState.objects.select_for_update(skip_locked=True)
+            .filter(
+                state=State.PENDING_AT,
+                lifecycle=Lifecycle.ACTIVE,
+                pending_expires_finished__lte=now,
+                ffqn__in=list(functions),
+            )
+            .order_by("pending_expires_finished")
+            .values_list(
+                "execution_id", "ffqn", "corresponding_version", "lock_generation",
+                "intermittent_event_count", "component_type",
+            )[:limit]
+        )  # fmt: skip
+        if not candidates:
+            return []
+        by_ffqn: dict[str, list[tuple]] = defaultdict(list)
+        for candidate in candidates:
+            by_ffqn[candidate[1]].append(candidate)
+        events, locked_events, statements = [], {}, Statements()
+        for ffqn, group in by_ffqn.items():
+            terms = functions[ffqn]
+            locked = Locked(
+                component_id=terms.component_id,
+                executor_id=executor_id,
+                deployment_id=deployment_id,
+                run_id=run_id,
+                lock_expires_at=now + terms.lock_duration,
+                retry_config=terms.retry_config,
+            )
+            body = event_to_json(locked)[Locked.VARIANT]
+            for execution_id, _, version, generation, _, _ in group:
+                locked_events[execution_id] = locked.model_copy(update={"lock_generation": generation + 1})
+                events.append(
+                    ExecutionEvent(
+                        execution_id=execution_id,
+                        version=version + 1,
+                        created_at=now,
+                        json_value={Locked.VARIANT: {**body, "lock_generation": generation + 1}},
+                        variant=Locked.VARIANT,
+                    )
+                )
+            statements.update(
+                ExecutionState,
+                [c[0] for c in group],
+                {
+                    "state": State.LOCKED,
+                    "pending_expires_finished": locked.lock_expires_at,
+                    "executor_id": executor_id,
+                    "run_id": run_id,
+                    "max_retries": terms.retry_config.max_retries,
+                    "retry_exp_backoff_millis": _millis(terms.retry_config.retry_exp_backoff),
+                    "deployment_id": deployment_id,
+                    "component_id_input_digest": terms.component_id.component_digest,
+                    "join_set_id": None,
+                    "join_set_closing": None,
+                    "result_kind": None,
+                    "updated_at": now,
+                },
+                plus_one={
+                    "corresponding_version": "corresponding_version",
+                    "last_lock_version": "corresponding_version",
+                    "lock_generation": "lock_generation",
+                },
+            )
+        statements.insert(ExecutionEvent, events, EVENT_FIELDS)
+        ids = [c[0] for c in candidates]
+        statements.add(
+            "SELECT execution_id, json_value FROM t_execution_log WHERE version = 0 AND execution_id IN ("
+            + ", ".join(["%s"] * len(ids))
+            + ")",
+            ids,
+        )
+        created = {execution_id: _json(value) for execution_id, value in statements.run()}
+        return _locked_executions(candidates, locked_events, deployment_id, created)
+
+
+def _locked_executions(
+    candidates, locked_events: dict[str, Locked], deployment_id: str, created: dict[str, Any] | None = None
+) -> list[LockedExecution]:
+    ids = [c[0] for c in candidates]
+    if created is None:
+        created = dict(
+            ExecutionEvent.objects.filter(execution_id__in=ids, version=0).values_list("execution_id", "json_value")
+        )
+    workflows = [c[0] for c in candidates if c[5] == "workflow"]
+    histories = _histories(workflows) if workflows else {}
+    responses = _responses_of(workflows) if workflows else {}
+    out = []
+    for execution_id, ffqn, version, generation, intermittent, component_type in candidates:
+        body = created[execution_id][Created.VARIANT]
+        locked = locked_events[execution_id]
+        parent = body.get("parent")
+        out.append(
+            LockedExecution(
+                execution_id=execution_id,
+                ffqn=ffqn,
+                params=body["params"],
+                metadata=body.get("metadata") or {},
+                parent=tuple(parent) if parent else None,
+                component_type=component_type,
+                component_digest=locked.component_id.component_digest,
+                deployment_id=deployment_id,
+                next_version=version + 2,
+                intermittent_event_count=intermittent,
+                locked=locked,
+                fence=Fence(locked.run_id, generation + 1),
+                history=histories.get(execution_id, []) if component_type == "workflow" else None,
+                responses=responses.get(execution_id, []) if component_type == "workflow" else None,
+            )
+        )
+    return out
+
+
+def lock_one(
+    execution_id: str,
+    version: int,
+    terms: LockTerms,
+    *,
+    executor_id: str,
+    run_id: str,
+    deployment_id: str,
+    now: datetime | None = None,
+) -> LockedExecution:
+    """Lock one execution at ``version`` (a new lock, or an extension by the same run)."""
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    locked = Locked(
+        component_id=terms.component_id,
+        executor_id=executor_id,
+        deployment_id=deployment_id,
+        run_id=run_id,
+        lock_expires_at=now + terms.lock_duration,
+        retry_config=terms.retry_config,
+    )
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        intermittent = row.intermittent_event_count
+        notes = notify.Notes()
+        applied = _apply(row, version, locked, now, None, notes)
+        _write_applied(row, applied)
+        candidate = (execution_id, row.ffqn, version - 1, row.lock_generation - 1, intermittent, row.component_type)
+        locked = event_from_json(applied.event_row.json_value)
+        return _locked_executions([candidate], {execution_id: locked}, deployment_id)[0]
+
+
+def extend_lock(
+    execution_id: str,
+    version: int,
+    fence: Fence,
+    lock_expires_at: datetime,
+    *,
+    now: datetime | None = None,
+) -> int:
+    """The holder extends its own lock by appending ``Locked`` again (spec 000 §10)."""
+    now = _now(now)
+    lock_expires_at = _now(lock_expires_at)
+    execution_id = _eid(execution_id)
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        locked = _last_locked_event(execution_id).model_copy(update={"lock_expires_at": lock_expires_at})
+        notes = notify.Notes()
+        next_version = _append_in_tx(row, version, locked, now, fence, notes)
+        notes.publish()
+    return next_version
+
+
+def _last_locked_event(execution_id: str) -> Locked:
+    row = ExecutionEvent.objects.filter(execution_id=execution_id, variant=Locked.VARIANT).order_by("-version").first()
+    if row is None:
+        raise errors.IllegalState(f"execution `{execution_id}` was never locked")
+    return event_from_json(row.json_value)

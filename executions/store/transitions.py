@@ -1,0 +1,567 @@
+"""How each event changes the tables: the state machine's effects, applied to a locked row.
+
+``_apply`` validates an event against its execution's row (the writer's fence, the
+transition table of ``executions.state_machine``, the version) and computes the write;
+``_append_in_tx`` performs it. Every writing operation of the store goes through here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Max
+from django.utils import timezone
+
+from executions import conf, errors, notify
+from executions.events import (
+    ChildExecutionRequest,
+    ComponentId,
+    ComponentUpgradeFinished,
+    Created,
+    DelayRequest,
+    Event,
+    ExecutionFailure,
+    Finished,
+    JoinNext,
+    JoinNextTry,
+    JoinSetCreate,
+    JoinSetRequest,
+    Locked,
+    Paused,
+    Schedule,
+    TemporarilyFailed,
+    consumes_response,
+    event_join_set_id,
+    event_to_json,
+    history_event_type,
+    result_kind_of,
+    retval_to_json,
+)
+from executions.ids import (
+    DelayId,
+    ExecutionId,
+    FunctionFqn,
+    JoinSetId,
+    parse_deployment_id,
+    parse_executor_id,
+    parse_run_id,
+)
+from executions.models import (
+    Delay,
+    ExecutionEvent,
+    ExecutionState,
+    JoinSetResponse,
+)
+from executions.sql import Statements
+from executions.state_machine import (
+    LEAVES_LOCKED,
+    Effect,
+    Lifecycle,
+    State,
+    check_lock,
+    decide,
+    event_kind,
+    failure_event,
+)
+from executions.store.common import (
+    EVENT_FIELDS,
+    STATE_FIELDS,
+    _eid,
+    _json_payload,
+    _millis,
+    _now,
+    _row_for_update,
+)
+from executions.store.datatypes import AttemptFailed, CreateRequest, Fence
+
+
+def _created_event(req: CreateRequest, execution_id: ExecutionId, now: datetime) -> Created:
+    ffqn = str(FunctionFqn.parse(req.ffqn))
+    if not isinstance(req.params, list):
+        raise errors.ValidationFailed("params must be a JSON array")
+    _json_payload("params", req.params)
+    parse_deployment_id(req.deployment_id)
+    if not isinstance(req.component_id, ComponentId):
+        raise errors.ValidationFailed("component_id must be a ComponentId")
+    parent = None
+    if execution_id.is_top_level:
+        if req.parent is not None:
+            raise errors.ValidationFailed("a top-level execution id cannot have a parent")
+    else:
+        expected_parent, expected_js = execution_id.split_to_parts()
+        if req.parent is None or (_eid(req.parent[0]), str(JoinSetId.parse(req.parent[1]))) != (
+            str(expected_parent),
+            str(expected_js),
+        ):
+            raise errors.ValidationFailed(
+                f"child `{execution_id}` must name its parent `{expected_parent}` and join set `{expected_js}`"
+            )
+        parent = (str(expected_parent), str(expected_js))
+    if req.scheduled_by is not None:
+        _eid(req.scheduled_by)
+    metadata = dict(req.metadata)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise errors.ValidationFailed("metadata must map strings to strings")
+    return Created(
+        ffqn=ffqn,
+        params=req.params,
+        parent=parent,
+        scheduled_at=_now(req.scheduled_at) if req.scheduled_at else now,
+        component_id=req.component_id,
+        deployment_id=req.deployment_id,
+        metadata=metadata,
+        scheduled_by=req.scheduled_by,
+    )
+
+
+def _state_row(execution_id: ExecutionId, created: Created, now: datetime) -> ExecutionState:
+    return ExecutionState(
+        execution_id=str(execution_id),
+        is_top_level=execution_id.is_top_level,
+        corresponding_version=0,
+        ffqn=created.ffqn,
+        created_at=now,
+        component_id_input_digest=created.component_id.component_digest,
+        component_type=created.component_id.component_type,
+        first_scheduled_at=created.scheduled_at,
+        deployment_id=created.deployment_id,
+        pending_expires_finished=created.scheduled_at,
+        state=State.PENDING_AT,
+        updated_at=now,
+        lifecycle=Lifecycle.ACTIVE,
+    )
+
+
+def _created_row(created: Created, row: ExecutionState) -> ExecutionEvent:
+    return ExecutionEvent(
+        execution_id=row.execution_id,
+        version=0,
+        created_at=row.created_at,
+        json_value=event_to_json(created),
+        variant=Created.VARIANT,
+        join_set_id=event_join_set_id(created),
+    )
+
+
+def _create_in_tx(
+    execution_id: ExecutionId,
+    created: Created,
+    paused: bool,
+    now: datetime,
+    notes: notify.Notes,
+    statements: Statements | None = None,
+) -> int:
+    """Insert the state row and the ``Created`` event (into ``statements`` if given, for
+    the caller to run with its other writes)."""
+    if created.parent and not ExecutionState.objects.filter(pk=created.parent[0]).exists():
+        # A child's result must reach its parent when it finishes; an orphan never could.
+        raise errors.NotFound(f"parent execution `{created.parent[0]}` not found")
+    row = _state_row(execution_id, created, now)
+    batch = statements if statements is not None else Statements()
+    batch.insert(ExecutionState, [row], STATE_FIELDS)
+    batch.insert(ExecutionEvent, [_created_row(created, row)], EVENT_FIELDS)
+    if paused:
+        batch.run()
+        row._state.adding = False
+        return _append_in_tx(row, 1, Paused(), now, None, notes)
+    _notify_pending(row, notes)
+    if statements is None:
+        batch.run()
+    return 1
+
+
+@dataclass
+class _Applied:
+    event_row: ExecutionEvent
+    fields: set[str]
+    next_version: int
+    after: list = field(default_factory=list)
+
+
+def _check_fence(row: ExecutionState, fence: Fence) -> None:
+    if row.run_id != fence.run_id or row.lock_generation != fence.lock_generation:
+        raise errors.LockLost(
+            f"execution `{row.execution_id}`: the lock of {fence.run_id} (generation {fence.lock_generation}) "
+            f"is not current (holder {row.run_id}, generation {row.lock_generation})"
+        )
+
+
+def _to_pending(row: ExecutionState, at: datetime) -> set[str]:
+    row.state = State.PENDING_AT
+    row.pending_expires_finished = at
+    row.max_retries = None
+    row.retry_exp_backoff_millis = None
+    row.last_lock_version = None
+    row.join_set_id = None
+    row.join_set_closing = None
+    row.result_kind = None
+    return {
+        "state",
+        "pending_expires_finished",
+        "max_retries",
+        "retry_exp_backoff_millis",
+        "last_lock_version",
+        "join_set_id",
+        "join_set_closing",
+        "result_kind",
+    }
+
+
+def _notify_pending(row: ExecutionState, notes: notify.Notes) -> None:
+    """Announce a row that became lockable: due now on ``obelisk_pending``, due later as a
+    timer (so brokers recompute their next wake-up)."""
+    if row.state == State.PENDING_AT and row.lifecycle == Lifecycle.ACTIVE:
+        if row.pending_expires_finished <= timezone.now():
+            notes.pending_ffqns.add(row.ffqn)
+        else:
+            notes.timers = True
+
+
+def _apply(
+    row: ExecutionState,
+    version: int,
+    event: Event,
+    now: datetime,
+    fence: Fence | None,
+    notes: notify.Notes,
+) -> _Applied:
+    """Validate ``event`` against ``row`` and compute the write, changing ``row`` in memory.
+
+    Everything that can reject the event runs before ``row`` or ``notes`` change. Only
+    reads the database (join-next counting). The caller inserts ``event_row``, saves
+    ``fields`` of ``row`` and runs ``after`` (writes to other tables), in that order.
+    """
+    if fence is not None:
+        _check_fence(row, fence)
+    if isinstance(event, AttemptFailed):
+        event = _failure_event(row, event, now)
+    event = _bounded_failure(event)
+    kind = event_kind(event)
+    extending = False
+    if kind == "locked":  # spec 000 §6.3: the lock rules, then the version
+        if event.lock_expires_at <= now:
+            raise errors.ValidationFailed("invalid expiry date")
+        effect = decide(kind, row.state, row.lifecycle)
+        extending = check_lock(
+            state=row.state,
+            scheduled_at=row.pending_expires_finished,
+            holder=(row.executor_id, row.run_id),
+            locked=event,
+            created_at=now,
+        )
+        _check_version(row, version)
+    elif kind == "created" or row.state == State.FINISHED:
+        effect = decide(kind, row.state, row.lifecycle)  # always raises
+    else:  # spec 000 §6.2: the version, then the event's own preconditions
+        _check_version(row, version)
+        effect = decide(kind, row.state, row.lifecycle)
+    _validate(row, effect, event)
+
+    fields = {"corresponding_version", "updated_at"}
+    after: list = []
+    next_version = version + 1
+    # An event written without the holder's fence that takes the row out of `locked` (the
+    # timer sweep, the cancellation driver, pause) revokes the holder's lock.
+    # The holder no longer holds anything: it cannot extend or write as the holder again.
+    if fence is None and row.state == State.LOCKED and effect in LEAVES_LOCKED:
+        row.lock_generation += 1
+        row.executor_id = None
+        row.run_id = None
+        fields |= {"lock_generation", "executor_id", "run_id"}
+
+    if effect is Effect.LOCK:
+        event = _apply_lock(row, event, version, extending)
+        fields |= {
+            "state", "pending_expires_finished", "last_lock_version", "executor_id", "run_id",
+            "max_retries", "retry_exp_backoff_millis", "deployment_id", "component_id_input_digest",
+            "join_set_id", "join_set_closing", "result_kind", "lock_generation",
+        }  # fmt: skip
+    elif effect is Effect.TO_PENDING:
+        fields |= _to_pending(row, event.unlocked_at)
+        _notify_pending(row, notes)
+    elif effect is Effect.RETRY:
+        fields |= _to_pending(row, event.backoff_expires_at)
+        row.intermittent_event_count += 1
+        fields.add("intermittent_event_count")
+        _notify_pending(row, notes)
+    elif effect is Effect.JOIN_NEXT:
+        fields |= _apply_join_next(row, event.event, notes)
+    elif effect is Effect.DELAY:
+        after.append(_delay_inserter(row, event.event))
+        notes.timers = True
+    elif effect in (Effect.PAUSE, Effect.UNPAUSE, Effect.CANCEL):
+        row.lifecycle = {
+            Effect.PAUSE: Lifecycle.PAUSED,
+            Effect.UNPAUSE: Lifecycle.ACTIVE,
+            Effect.CANCEL: Lifecycle.CANCELLING,
+        }[effect]
+        fields.add("lifecycle")
+        if effect is Effect.UNPAUSE:
+            _notify_pending(row, notes)
+        if effect is Effect.CANCEL:
+            notes.cancelled.append(row.execution_id)
+    elif effect is Effect.UPGRADE:
+        fields |= _apply_upgrade(row, event)
+    elif effect is Effect.FINISH:
+        fields |= _apply_finish(row, event, version, now, notes, after)
+        next_version = version
+
+    row.corresponding_version = version
+    row.updated_at = now
+    event_row = ExecutionEvent(
+        execution_id=row.execution_id,
+        version=version,
+        created_at=now,
+        json_value=event_to_json(event),
+        variant=event.VARIANT,
+        join_set_id=event_join_set_id(event),
+        history_event_type=history_event_type(event),
+        consumes_response=consumes_response(event),
+    )
+    return _Applied(event_row, fields, next_version, after)
+
+
+def _failure_event(row: ExecutionState, failure: AttemptFailed, now: datetime) -> Event:
+    """Retry or finish, by the retry policy of the current lock (``t_state`` columns)."""
+    if row.state != State.LOCKED:
+        return failure.final  # no lock, no policy: the attempt's end is final
+    return failure_event(
+        intermittent_event_count=row.intermittent_event_count,
+        max_retries=row.max_retries,
+        backoff=timedelta(milliseconds=row.retry_exp_backoff_millis or 0),
+        now=now,
+        timed_out=failure.timed_out,
+        reason=failure.reason,
+        detail=failure.detail,
+        final=failure.final,
+    )
+
+
+def _check_version(row: ExecutionState, version: int) -> None:
+    expected = row.corresponding_version + 1
+    if version != expected:
+        raise errors.VersionConflict(expected, version)
+
+
+def _validate(row: ExecutionState, effect: Effect, event: Event) -> None:
+    """Event-specific checks: ids that must belong to this execution, payload sizes."""
+    if effect is Effect.LOCK:
+        parse_executor_id(event.executor_id)
+        parse_run_id(event.run_id)
+        parse_deployment_id(event.deployment_id)
+    elif effect is Effect.FINISH:
+        _json_payload("return value", retval_to_json(event.retval))
+    elif effect is Effect.JOIN_NEXT:
+        JoinSetId.parse(event.event.join_set_id)
+    elif effect in (Effect.DELAY, Effect.BUMP):
+        _validate_history_event(row, event.event)
+
+
+def _apply_lock(row: ExecutionState, event: Locked, version: int, extending: bool) -> Locked:
+    if not extending:
+        row.lock_generation += 1
+    row.state = State.LOCKED
+    row.pending_expires_finished = event.lock_expires_at
+    row.last_lock_version = version
+    row.executor_id = event.executor_id
+    row.run_id = event.run_id
+    row.max_retries = event.retry_config.max_retries
+    row.retry_exp_backoff_millis = _millis(event.retry_config.retry_exp_backoff)
+    row.deployment_id = event.deployment_id
+    row.component_id_input_digest = event.component_id.component_digest
+    row.join_set_id = None
+    row.join_set_closing = None
+    row.result_kind = None
+    return event.model_copy(update={"lock_generation": row.lock_generation})
+
+
+def _bounded_failure(event: Event) -> Event:
+    """Keep a failure's text within bounds: a long reason or traceback is cut, never
+    refused, so an attempt's outcome is always recorded."""
+    limit = conf.get("MAX_ERROR_DETAIL_CHARS")
+
+    def cut(reason: str | None, detail: str | None) -> tuple[str | None, str | None]:
+        if reason is not None and len(reason) > limit:
+            reason = reason[:limit] + "…"
+        if detail is not None and len(detail) > limit:
+            detail = "…" + detail[-limit:]
+        return reason, detail
+
+    if isinstance(event, TemporarilyFailed):
+        reason, detail = cut(event.reason, event.detail)
+        return event.model_copy(update={"reason": reason, "detail": detail})
+    if isinstance(event, Finished) and isinstance(event.retval, ExecutionFailure):
+        reason, detail = cut(event.retval.reason, event.retval.detail)
+        return event.model_copy(update={"retval": ExecutionFailure(event.retval.kind, reason, detail)})
+    return event
+
+
+def _count_consumed(execution_id: str, join_set_id: str) -> int:
+    return ExecutionEvent.objects.filter(
+        execution_id=execution_id, join_set_id=join_set_id, consumes_response=True
+    ).count()
+
+
+def _nth_response_time(execution_id: str, join_set_id: str, n: int) -> datetime | None:
+    times = JoinSetResponse.objects.filter(execution_id=execution_id, join_set_id=join_set_id).order_by("seq")
+    found = list(times.values_list("created_at", flat=True)[n - 1 : n])
+    return found[0] if found else None
+
+
+def _apply_join_next(row: ExecutionState, join_next: JoinNext, notes: notify.Notes) -> set[str]:
+    """The n-th consuming join-next of a join set waits for its n-th response (spec 000 §5.2)."""
+    n = _count_consumed(row.execution_id, join_next.join_set_id) + 1
+    response_at = _nth_response_time(row.execution_id, join_next.join_set_id, n)
+    if response_at is not None:
+        fields = _to_pending(row, max(join_next.run_expires_at, response_at))
+        _notify_pending(row, notes)
+        return fields
+    row.state = State.BLOCKED_BY_JOIN_SET
+    row.pending_expires_finished = join_next.run_expires_at
+    row.join_set_id = join_next.join_set_id
+    row.join_set_closing = join_next.closing
+    row.max_retries = None
+    row.retry_exp_backoff_millis = None
+    row.last_lock_version = None
+    row.result_kind = None
+    return {
+        "state", "pending_expires_finished", "join_set_id", "join_set_closing",
+        "max_retries", "retry_exp_backoff_millis", "last_lock_version", "result_kind",
+    }  # fmt: skip
+
+
+def _delay_inserter(row: ExecutionState, request: JoinSetRequest):
+    delay: DelayRequest = request.request
+
+    def insert():
+        Delay.objects.create(
+            delay_id=delay.delay_id,
+            execution_id=row.execution_id,
+            join_set_id=request.join_set_id,
+            expires_at=delay.expires_at,
+            is_paused=delay.paused,
+        )
+
+    return insert
+
+
+def _validate_history_event(row: ExecutionState, event) -> None:
+    if isinstance(event, JoinSetCreate):
+        JoinSetId.parse(event.join_set_id)
+    elif isinstance(event, JoinSetRequest) and isinstance(event.request, DelayRequest):
+        delay = DelayId.parse(event.request.delay_id)
+        if str(delay.execution_id) != row.execution_id or str(delay.join_set_id) != event.join_set_id:
+            raise errors.ValidationFailed(
+                f"delay `{delay}` does not belong to join set `{event.join_set_id}` of `{row.execution_id}`"
+            )
+    elif isinstance(event, JoinSetRequest) and isinstance(event.request, ChildExecutionRequest):
+        child = ExecutionId.parse(event.request.child_execution_id)
+        if child.is_top_level or child.split_to_parts() != (
+            ExecutionId.parse(row.execution_id),
+            JoinSetId.parse(event.join_set_id),
+        ):
+            raise errors.ValidationFailed(
+                f"`{child}` is not a child of `{row.execution_id}` in join set `{event.join_set_id}`"
+            )
+        FunctionFqn.parse(event.request.target_ffqn)
+        _json_payload("params", event.request.params)
+    elif isinstance(event, JoinNextTry) and event.outcome == "found":
+        n = _count_consumed(row.execution_id, event.join_set_id) + 1
+        if _nth_response_time(row.execution_id, event.join_set_id, n) is None:
+            raise errors.ValidationFailed(
+                f"join_next_try on `{event.join_set_id}` found response #{n}, which does not exist"
+            )
+    elif isinstance(event, Schedule):
+        _eid(event.execution_id)
+
+
+def _apply_upgrade(row: ExecutionState, event: ComponentUpgradeFinished) -> set[str]:
+    if event.succeeded:
+        row.component_id_input_digest = event.component_digest
+        row.deployment_id = event.deployment_id
+        row.incompatible_digest = None
+        return {"component_id_input_digest", "deployment_id", "incompatible_digest"}
+    row.incompatible_digest = event.component_digest
+    return {"incompatible_digest"}
+
+
+def _apply_finish(row, event: Finished, version: int, now: datetime, notes: notify.Notes, after: list) -> set[str]:
+    row.state = State.FINISHED
+    row.pending_expires_finished = now
+    row.last_lock_version = None
+    row.max_retries = None
+    row.retry_exp_backoff_millis = None
+    row.executor_id = None
+    row.run_id = None
+    row.join_set_id = None
+    row.join_set_closing = None
+    row.lifecycle = Lifecycle.ACTIVE
+    row.result_kind = result_kind_of(event.retval)
+    notes.finished.append(row.execution_id)
+    if not row.is_top_level:
+        # A child's result always reaches its parent in the same transaction (decision D4).
+        parent, join_set = ExecutionId.parse(row.execution_id).split_to_parts()
+        after.append(
+            lambda: _deliver_response(
+                str(parent), str(join_set), now, notes, child_id=row.execution_id, finished_version=version
+            )
+        )
+    return {
+        "state", "pending_expires_finished", "last_lock_version", "max_retries", "retry_exp_backoff_millis",
+        "executor_id", "run_id", "join_set_id", "join_set_closing", "lifecycle", "result_kind",
+    }  # fmt: skip
+
+
+def _write_applied(row: ExecutionState, applied: _Applied) -> None:
+    applied.event_row.save(force_insert=True)
+    row.save(update_fields=sorted(applied.fields))
+    for action in applied.after:
+        action()
+
+
+def _append_in_tx(
+    row: ExecutionState, version: int, event: Event, now: datetime, fence: Fence | None, notes: notify.Notes
+) -> int:
+    applied = _apply(row, version, event, now, fence, notes)
+    _write_applied(row, applied)
+    return applied.next_version
+
+
+def _deliver_response(
+    parent_id: str,
+    join_set_id: str,
+    now: datetime,
+    notes: notify.Notes,
+    *,
+    child_id: str | None = None,
+    finished_version: int | None = None,
+    delay_id: str | None = None,
+    delay_success: bool | None = None,
+) -> int:
+    """Insert a response with the parent's next ``seq`` and unblock the parent if it waits
+    for this join set (spec 000 §6.4). The parent's row is locked first (decision 11)."""
+    parent = _row_for_update(parent_id)
+    seq = (JoinSetResponse.objects.filter(execution_id=parent_id).aggregate(m=Max("seq"))["m"] or 0) + 1
+    JoinSetResponse.objects.create(
+        created_at=now,
+        execution_id=parent_id,
+        join_set_id=join_set_id,
+        delay_id=delay_id,
+        delay_success=delay_success,
+        child_execution_id=child_id,
+        finished_version=finished_version,
+        seq=seq,
+    )
+    if (
+        parent.state == State.BLOCKED_BY_JOIN_SET
+        and parent.join_set_id == join_set_id
+        and parent.lifecycle != Lifecycle.CANCELLING
+    ):
+        fields = _to_pending(parent, max(parent.pending_expires_finished, now))
+        parent.updated_at = now
+        parent.save(update_fields=sorted(fields | {"updated_at"}))
+        _notify_pending(parent, notes)
+    if delay_id is not None:
+        Delay.objects.filter(delay_id=delay_id).delete()
+    notes.responses.append(parent_id)
+    return seq
