@@ -101,22 +101,18 @@ class ExecutionState(models.Model):
                 condition=Q(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE),
                 name="t_state_pending_ffqn",
             ),
-            Index(
-                fields=["pending_expires_finished", "component_id_input_digest"],
-                condition=Q(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE),
-                name="t_state_pending_digest",
-            ),
             # Expired-lock scan of the timer sweep.
             Index(fields=["pending_expires_finished"], condition=Q(state=State.LOCKED), name="t_state_locked_expiry"),
             # The cancellation driver and the paused list.
             Index(
                 fields=["lifecycle", "created_at"], condition=~Q(lifecycle=Lifecycle.ACTIVE), name="t_state_lifecycle"
             ),
-            # Listing: newest first, top-level by default, by function, by deployment.
-            Index(fields=["is_top_level", "created_at"], name="t_state_top_level_created"),
+            # Listing: newest first, by function, by deployment. Every state change rewrites
+            # an entry in each index (no HOT updates: `state` is indexed), so only indexes
+            # a query needs are kept.
             Index(fields=["created_at"], name="t_state_created"),
             Index(fields=["ffqn", "created_at"], name="t_state_ffqn_created"),
-            Index(fields=["deployment_id", "is_top_level", "state", "lifecycle"], name="t_state_deployment"),
+            Index(fields=["deployment_id", "created_at"], name="t_state_deployment"),
         ]
 
     def __str__(self) -> str:
@@ -173,7 +169,7 @@ class ExecutionEvent(models.Model):
             ),
         ]
         indexes = [
-            Index(fields=["execution", "variant"], name="t_execution_log_variant"),
+            # Reads by execution use the unique (execution_id, version) index.
             Index(
                 fields=["execution", "join_set_id"],
                 condition=Q(consumes_response=True),
