@@ -439,3 +439,29 @@ def test_holder_is_fenced_out_once_another_run_locks_after_the_run_expiry():
 
     store.append(parent, new.next_version, Finished(retval=Ok("new run")), fence=new.fence, now=at)
     assert store.get_finished_result(parent) == Ok("new run")
+
+
+def test_a_run_appends_at_the_next_version_with_its_fence_alone():
+    """A cancellation request bumps the version but leaves the lock with the run, so the
+    run's own result (version None, fenced) still lands."""
+    execution_id = helpers.create(now=T0)
+    locked = helpers.lock(execution_id, now=T0)
+    assert store.cancel(execution_id, now=T0) is store.CancelOutcome.REQUESTED
+    with pytest.raises(errors.VersionConflict):
+        store.append(execution_id, locked.next_version, Finished(retval=Ok(1)), fence=locked.fence, now=T0)
+    assert store.append(execution_id, None, Finished(retval=Ok(1)), fence=locked.fence, now=T0) == 3
+    assert store.get_finished_result(execution_id) == Ok(1)
+
+
+def test_no_version_needs_a_current_fence():
+    execution_id = helpers.create(now=T0)
+    locked = helpers.lock(execution_id, now=T0)
+    before = helpers.db_snapshot()
+    with pytest.raises(errors.ValidationFailed, match="fence"):
+        store.append(execution_id, None, Finished(retval=Ok(1)), now=T0)
+    store.expire_lock(execution_id, now=T0 + timedelta(hours=1))
+    after_sweep = helpers.db_snapshot()
+    assert after_sweep != before
+    with pytest.raises(errors.LockLost):
+        store.append(execution_id, None, Finished(retval=Ok(1)), fence=locked.fence, now=T0)
+    assert helpers.db_snapshot() == after_sweep

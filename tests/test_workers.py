@@ -105,7 +105,9 @@ def own_clusters(cluster_pool, request, tmp_path):
     clusters: list[WorkerCluster] = []
 
     def start(workers: int = 2, *, wait: bool = True) -> WorkerCluster:
-        c = WorkerCluster(tmp_path / f"cluster-{len(clusters) + 1}.log", workers=workers, name=f"cluster {len(clusters) + 1}")
+        c = WorkerCluster(
+            tmp_path / f"cluster-{len(clusters) + 1}.log", workers=workers, name=f"cluster {len(clusters) + 1}"
+        )
         clusters.append(c)
         return c.start(wait=wait)
 
@@ -139,7 +141,9 @@ def finished_events(log: store.ExecutionLog) -> list[store.EventRecord]:
 def assert_retry_timing(log: store.ExecutionLog, backoffs_ms: list[int]) -> None:
     """Each retry event's back-off is exact (same transaction, same clock), and the next
     attempt was locked no earlier than the back-off's end."""
-    retries = [(i, r) for i, r in enumerate(log.events) if isinstance(r.event, (TemporarilyFailed, TemporarilyTimedOut))]
+    retries = [
+        (i, r) for i, r in enumerate(log.events) if isinstance(r.event, (TemporarilyFailed, TemporarilyTimedOut))
+    ]
     assert [r.event.backoff_expires_at - r.created_at for _, r in retries] == [
         timedelta(milliseconds=ms) for ms in backoffs_ms
     ]
@@ -314,12 +318,6 @@ def test_cancel_running_activity(cluster, tmp_path):
     assert f"interrupting {execution_id}" in cluster.log()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the run's own Finished(cancelled) is written at the version it read before "
-    "CancellationRequested bumped it, so it always fails with VersionConflict ('result of ... not "
-    "recorded'); the execution stays locked until its lock expires and the sweep finishes it",
-)
 def test_cancelled_run_records_its_own_outcome(cluster, tmp_path):
     marker = tmp_path / "long.marker"
     execution_id, _ = submit("test:acts/slow.long", [20, str(marker)])
@@ -336,12 +334,6 @@ def test_cancelled_run_records_its_own_outcome(cluster, tmp_path):
     assert log.events[-1].created_at < last_lock.lock_expires_at
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: once the watchdog interrupts an activity it stops extending the lock, so the "
-    "lock lapses during the grace period while the activity still runs; the sweep handles the "
-    "expiry first and the watchdog's own outcome is rejected with LockLost",
-)
 def test_hard_stop_outcome_is_recorded_while_the_lock_is_held(cluster, tmp_path):
     marker = tmp_path / "stubborn.marker"
     execution_id, _ = submit("test:acts/slow.stubborn", [str(marker)])  # timeout 1 s, lock 3 s

@@ -173,10 +173,7 @@ class ActivityExecutor:
         for locked in self._unstarted:
             try:
                 store.append(
-                    locked.execution_id,
-                    locked.next_version,
-                    _unlocked("worker stopped before running it"),
-                    fence=locked.fence,
+                    locked.execution_id, None, _unlocked("worker stopped before running it"), fence=locked.fence
                 )
             except errors.StoreError as error:
                 logger.warning("could not release %s: %s", locked.execution_id, error)

@@ -183,12 +183,19 @@ class Watchdog:
                 self.lock.wait(self.IDLE_TICK)
                 return
             now = time.monotonic()
-            if run.interrupted is not None:
+            if run.interrupted is not None:  # the activity may still run: keep its lock
                 if now >= run.interrupted_at + self.grace:
                     self._hard_stop(run)
-                else:
-                    self.lock.wait(run.interrupted_at + self.grace - now)
-                return
+                    return
+                if not self._needs_extension(run):
+                    self.lock.wait(max(0.0, min(run.interrupted_at + self.grace, self._extension_due(run)) - now))
+                    return
+        if run.interrupted is not None:
+            if run.interrupted is not ActivityLockLost:
+                self._extend(run)
+            return
+        with self.lock:
+            now = time.monotonic()
             if now >= run.deadline:
                 self._interrupt(run, ActivityTimedOut)
                 return
@@ -233,7 +240,7 @@ class Watchdog:
                 return
             expires = timezone.now() + run.spec.lock_duration
             try:
-                run.version = store.extend_lock(run.execution_id, run.version, run.fence, expires)
+                run.version = store.extend_lock(run.execution_id, None, run.fence, expires)
                 run.lock_expires_at = expires
             except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
                 logger.warning("%s lost its lock: %s", run.execution_id, error)
@@ -250,7 +257,7 @@ class Watchdog:
         try:
             if run.interrupted is not ActivityLockLost:
                 event = interrupt_outcome(run, run.interrupted)
-                store.append_many([store.AppendItem(run.execution_id, run.version, event, run.fence)])
+                store.append_many([store.AppendItem(run.execution_id, None, event, run.fence)])
             if self.on_hard_stop:
                 self.on_hard_stop()
         finally:
@@ -269,7 +276,9 @@ def run_activity(
 ) -> store.AppendItem | None:
     """Run one attempt and return what to append for it (None: the run lost its lock)."""
     run = WatchedRun(locked, spec)
-    item = lambda event: store.AppendItem(locked.execution_id, run.version, event, locked.fence)  # noqa: E731
+    # A run's results carry its fence and no version: a cancellation request appended while
+    # it ran bumps the version but leaves the lock (and so the right to write) with the run.
+    item = lambda event: store.AppendItem(locked.execution_id, None, event, locked.fence)  # noqa: E731
     try:
         args = spec.decode_arguments(locked.params)
     except ArgumentError as error:
@@ -341,7 +350,7 @@ def extend_before_start(locked: store.LockedExecution, spec: ActivityFunction) -
         return locked
     expires = timezone.now() + spec.lock_duration
     try:
-        version = store.extend_lock(locked.execution_id, locked.next_version, locked.fence, expires)
+        version = store.extend_lock(locked.execution_id, None, locked.fence, expires)
     except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
         logger.warning("%s: lock lost before the run started: %s", locked.execution_id, error)
         return None

@@ -36,7 +36,7 @@ from executions.store.transitions import (
 
 def append(
     execution_id: str,
-    version: int,
+    version: int | None,
     event: Event | AttemptFailed,
     *,
     fence: Fence | None = None,
@@ -45,14 +45,15 @@ def append(
     """Append one event at ``version`` and update the projection (spec 000 §6.2).
 
     Returns the next version (for ``Finished``: its own version). ``fence`` is the writer's
-    lock; pass it whenever the writer is a run.
+    lock; pass it whenever the writer is a run. A fenced writer may pass ``version=None`` to
+    append at the next version (see ``transitions._apply``).
     """
     return append_batch_create_new_execution(execution_id, version, [event], [], fence=fence, now=now)
 
 
 def append_batch(
     execution_id: str,
-    version: int,
+    version: int | None,
     events: list[Event],
     *,
     fence: Fence | None = None,
@@ -64,7 +65,7 @@ def append_batch(
 
 def append_batch_create_new_execution(
     execution_id: str,
-    version: int,
+    version: int | None,
     events: list[Event],
     children: list[CreateRequest],
     *,

@@ -151,7 +151,7 @@ class AppendItem:
     """One event for ``append_many``: the executor's result of one run."""
 
     execution_id: str
-    version: int
+    version: int | None  # None: the next version; only with ``fence`` (a run's own result)
     event: Event | AttemptFailed
     fence: Fence | None = None
 

@@ -215,7 +215,7 @@ def lock_one(
 
 def extend_lock(
     execution_id: str,
-    version: int,
+    version: int | None,
     fence: Fence,
     lock_expires_at: datetime,
     *,

@@ -219,7 +219,7 @@ def _notify_pending(row: ExecutionState, notes: notify.Notes) -> None:
 
 def _apply(
     row: ExecutionState,
-    version: int,
+    version: int | None,
     event: Event,
     now: datetime,
     fence: Fence | None,
@@ -233,6 +233,13 @@ def _apply(
     """
     if fence is not None:
         _check_fence(row, fence)
+    if version is None:
+        # A run's own write may skip the version: its fence, checked under the row lock,
+        # proves the lock is still its own; events others appended meanwhile without
+        # revoking it (a cancellation request) must not make its result unwritable.
+        if fence is None:
+            raise errors.ValidationFailed("a write without a version must carry the writer's fence")
+        version = row.corresponding_version + 1
     if isinstance(event, AttemptFailed):
         event = _failure_event(row, event, now)
     event = _bounded_failure(event)
@@ -520,7 +527,7 @@ def _write_applied(row: ExecutionState, applied: _Applied) -> None:
 
 
 def _append_in_tx(
-    row: ExecutionState, version: int, event: Event, now: datetime, fence: Fence | None, notes: notify.Notes
+    row: ExecutionState, version: int | None, event: Event, now: datetime, fence: Fence | None, notes: notify.Notes
 ) -> int:
     applied = _apply(row, version, event, now, fence, notes)
     _write_applied(row, applied)
