@@ -41,7 +41,6 @@ CLAIM_FUNC = "workers.tasks.claim_and_run"
 class ExecutionBroker(ORM):
     MAX_WAIT = 0.5  # seconds: dequeue() returns at least this often (the pusher checks for stop)
     MIN_CLAIM_SPACING = 0.002  # one claim task drains everything due: don't flood the pool
-    CLAIM_GRACE = 0.003  # new work: a lingering worker usually takes it within this; look again first
     REEMIT_AFTER = 0.1  # work still due this long after a claim task: hand out another
     ORM_CHECK_INTERVAL = 1.0  # ordinary django-q2 tasks are looked for this often
 
@@ -79,10 +78,7 @@ class ExecutionBroker(ORM):
             return [self._claim_task(now)]
         for note in self._listener.wait(self._wait_seconds(now)):
             if note.channel == notify.PENDING and self._served.intersection(note.items):
-                # A worker lingering after its last claim is notified too and usually takes
-                # the work at once; ask the tables again shortly before handing out a claim.
-                self._recheck_at = min(self._recheck_at, time.monotonic() + self.CLAIM_GRACE)
-                self._due_at = None
+                self._due_at = time.monotonic()
                 self._new_work = True
             elif note.channel == notify.TIMER:
                 self._recheck_at = 0.0

@@ -82,7 +82,6 @@ class ActivityExecutor:
         deadline = time.monotonic() + budget
         idle_until = time.monotonic() + linger
         done = 0
-        woken = False
         while time.monotonic() < deadline:
             limit = self.batch_size
             batch = store.lock_pending(
@@ -98,13 +97,9 @@ class ActivityExecutor:
                 self._adapt(len(batch), self._activity_seconds)
                 done += len(batch)
                 idle_until = time.monotonic() + linger
-                woken = False
                 continue
-            if woken:  # another worker was quicker: leave the lingering to it
-                break
             if not self._wait_for_work(idle_until):
                 break
-            woken = True
         return done
 
     def _wait_for_work(self, until: float) -> bool:
