@@ -89,14 +89,7 @@ def lock_pending(
         events, locked_events, statements = [], {}, Statements()
         for ffqn, group in by_ffqn.items():
             terms = functions[ffqn]
-            locked = Locked(
-                component_id=terms.component_id,
-                executor_id=executor_id,
-                deployment_id=deployment_id,
-                run_id=run_id,
-                lock_expires_at=now + terms.lock_duration,
-                retry_config=terms.retry_config,
-            )
+            locked = _locked_event(terms, executor_id, run_id, deployment_id, now)
             body = event_to_json(locked)[Locked.VARIANT]
             for execution_id, _, version, generation, _, _ in group:
                 locked_events[execution_id] = locked.model_copy(update={"lock_generation": generation + 1})
@@ -194,14 +187,7 @@ def lock_one(
     """Lock one execution at ``version`` (a new lock, or an extension by the same run)."""
     now = _now(now)
     execution_id = _eid(execution_id)
-    locked = Locked(
-        component_id=terms.component_id,
-        executor_id=executor_id,
-        deployment_id=deployment_id,
-        run_id=run_id,
-        lock_expires_at=now + terms.lock_duration,
-        retry_config=terms.retry_config,
-    )
+    locked = _locked_event(terms, executor_id, run_id, deployment_id, now)
     with _write_transaction():
         row = _row_for_update(execution_id)
         intermittent = row.intermittent_event_count
@@ -232,6 +218,17 @@ def extend_lock(
         next_version = _append_in_tx(row, version, locked, now, fence, notes)
         notes.publish()
     return next_version
+
+
+def _locked_event(terms: LockTerms, executor_id: str, run_id: str, deployment_id: str, now: datetime) -> Locked:
+    return Locked(
+        component_id=terms.component_id,
+        executor_id=executor_id,
+        deployment_id=deployment_id,
+        run_id=run_id,
+        lock_expires_at=now + terms.lock_duration,
+        retry_config=terms.retry_config,
+    )
 
 
 def _last_locked_event(execution_id: str) -> Locked:

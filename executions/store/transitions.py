@@ -186,25 +186,21 @@ def _check_fence(row: ExecutionState, fence: Fence) -> None:
         )
 
 
+def _set(row: ExecutionState, **values) -> set[str]:
+    """Assign ``values`` to ``row``; the names of the fields to save."""
+    for name, value in values.items():
+        setattr(row, name, value)
+    return set(values)
+
+
+# Columns that describe the current lock or wait: cleared whenever the row leaves it.
+_NO_LOCK = {"max_retries": None, "retry_exp_backoff_millis": None, "last_lock_version": None, "result_kind": None}
+_NO_WAIT = {"join_set_id": None, "join_set_closing": None}
+
+
 def _to_pending(row: ExecutionState, at: datetime) -> set[str]:
-    row.state = State.PENDING_AT
-    row.pending_expires_finished = at
-    row.max_retries = None
-    row.retry_exp_backoff_millis = None
-    row.last_lock_version = None
-    row.join_set_id = None
-    row.join_set_closing = None
-    row.result_kind = None
-    return {
-        "state",
-        "pending_expires_finished",
-        "max_retries",
-        "retry_exp_backoff_millis",
-        "last_lock_version",
-        "join_set_id",
-        "join_set_closing",
-        "result_kind",
-    }
+    """§6.5 A/B; the holder (``executor_id``/``run_id``) is kept so it can extend its lock."""
+    return _set(row, state=State.PENDING_AT, pending_expires_finished=at, **_NO_LOCK, **_NO_WAIT)
 
 
 def _notify_pending(row: ExecutionState, notes: notify.Notes) -> None:
@@ -268,28 +264,20 @@ def _apply(
     after: list = []
     next_version = version + 1
     # An event written without the holder's fence that takes the row out of `locked` (the
-    # timer sweep, the cancellation driver, pause) revokes the holder's lock.
-    # The holder no longer holds anything: it cannot extend or write as the holder again.
+    # timer sweep, the cancellation driver, pause) revokes the holder's lock: the holder
+    # can no longer write, extend, or re-lock as the holder (decisions.md D8).
     if fence is None and row.state == State.LOCKED and effect in LEAVES_LOCKED:
-        row.lock_generation += 1
-        row.executor_id = None
-        row.run_id = None
-        fields |= {"lock_generation", "executor_id", "run_id"}
+        fields |= _set(row, lock_generation=row.lock_generation + 1, executor_id=None, run_id=None)
 
     if effect is Effect.LOCK:
-        event = _apply_lock(row, event, version, extending)
-        fields |= {
-            "state", "pending_expires_finished", "last_lock_version", "executor_id", "run_id",
-            "max_retries", "retry_exp_backoff_millis", "deployment_id", "component_id_input_digest",
-            "join_set_id", "join_set_closing", "result_kind", "lock_generation",
-        }  # fmt: skip
+        event, locked_fields = _apply_lock(row, event, version, extending)
+        fields |= locked_fields
     elif effect is Effect.TO_PENDING:
         fields |= _to_pending(row, event.unlocked_at)
         _notify_pending(row, notes)
     elif effect is Effect.RETRY:
         fields |= _to_pending(row, event.backoff_expires_at)
-        row.intermittent_event_count += 1
-        fields.add("intermittent_event_count")
+        fields |= _set(row, intermittent_event_count=row.intermittent_event_count + 1)
         _notify_pending(row, notes)
     elif effect is Effect.JOIN_NEXT:
         fields |= _apply_join_next(row, event.event, notes)
@@ -297,12 +285,12 @@ def _apply(
         after.append(_delay_inserter(row, event.event))
         notes.timers = True
     elif effect in (Effect.PAUSE, Effect.UNPAUSE, Effect.CANCEL):
-        row.lifecycle = {
+        lifecycle = {
             Effect.PAUSE: Lifecycle.PAUSED,
             Effect.UNPAUSE: Lifecycle.ACTIVE,
             Effect.CANCEL: Lifecycle.CANCELLING,
-        }[effect]
-        fields.add("lifecycle")
+        }
+        fields |= _set(row, lifecycle=lifecycle[effect])  # §6.5 F, G
         if effect is Effect.UNPAUSE:
             _notify_pending(row, notes)
         if effect is Effect.CANCEL:
@@ -364,22 +352,24 @@ def _validate(row: ExecutionState, effect: Effect, event: Event) -> None:
         _validate_history_event(row, event.event)
 
 
-def _apply_lock(row: ExecutionState, event: Locked, version: int, extending: bool) -> Locked:
-    if not extending:
-        row.lock_generation += 1
-    row.state = State.LOCKED
-    row.pending_expires_finished = event.lock_expires_at
-    row.last_lock_version = version
-    row.executor_id = event.executor_id
-    row.run_id = event.run_id
-    row.max_retries = event.retry_config.max_retries
-    row.retry_exp_backoff_millis = _millis(event.retry_config.retry_exp_backoff)
-    row.deployment_id = event.deployment_id
-    row.component_id_input_digest = event.component_id.component_digest
-    row.join_set_id = None
-    row.join_set_closing = None
-    row.result_kind = None
-    return event.model_copy(update={"lock_generation": row.lock_generation})
+def _apply_lock(row: ExecutionState, event: Locked, version: int, extending: bool) -> tuple[Locked, set[str]]:
+    """§6.5 C: a new lock gets the next generation; an extension keeps it."""
+    fields = _set(
+        row,
+        state=State.LOCKED,
+        pending_expires_finished=event.lock_expires_at,
+        last_lock_version=version,
+        executor_id=event.executor_id,
+        run_id=event.run_id,
+        max_retries=event.retry_config.max_retries,
+        retry_exp_backoff_millis=_millis(event.retry_config.retry_exp_backoff),
+        deployment_id=event.deployment_id,
+        component_id_input_digest=event.component_id.component_digest,
+        result_kind=None,
+        lock_generation=row.lock_generation if extending else row.lock_generation + 1,
+        **_NO_WAIT,
+    )
+    return event.model_copy(update={"lock_generation": row.lock_generation}), fields
 
 
 def _bounded_failure(event: Event) -> Event:
@@ -423,18 +413,14 @@ def _apply_join_next(row: ExecutionState, join_next: JoinNext, notes: notify.Not
         fields = _to_pending(row, max(join_next.run_expires_at, response_at))
         _notify_pending(row, notes)
         return fields
-    row.state = State.BLOCKED_BY_JOIN_SET
-    row.pending_expires_finished = join_next.run_expires_at
-    row.join_set_id = join_next.join_set_id
-    row.join_set_closing = join_next.closing
-    row.max_retries = None
-    row.retry_exp_backoff_millis = None
-    row.last_lock_version = None
-    row.result_kind = None
-    return {
-        "state", "pending_expires_finished", "join_set_id", "join_set_closing",
-        "max_retries", "retry_exp_backoff_millis", "last_lock_version", "result_kind",
-    }  # fmt: skip
+    return _set(  # §6.5 D
+        row,
+        state=State.BLOCKED_BY_JOIN_SET,
+        pending_expires_finished=join_next.run_expires_at,
+        join_set_id=join_next.join_set_id,
+        join_set_closing=join_next.closing,
+        **_NO_LOCK,
+    )
 
 
 def _delay_inserter(row: ExecutionState, request: JoinSetRequest):
@@ -483,40 +469,37 @@ def _validate_history_event(row: ExecutionState, event) -> None:
 
 
 def _apply_upgrade(row: ExecutionState, event: ComponentUpgradeFinished) -> set[str]:
-    if event.succeeded:
-        row.component_id_input_digest = event.component_digest
-        row.deployment_id = event.deployment_id
-        row.incompatible_digest = None
-        return {"component_id_input_digest", "deployment_id", "incompatible_digest"}
-    row.incompatible_digest = event.component_digest
-    return {"incompatible_digest"}
+    if event.succeeded:  # §6.5 H
+        return _set(
+            row,
+            component_id_input_digest=event.component_digest,
+            deployment_id=event.deployment_id,
+            incompatible_digest=None,
+        )
+    return _set(row, incompatible_digest=event.component_digest)  # §6.5 I
 
 
 def _apply_finish(row, event: Finished, version: int, now: datetime, notes: notify.Notes, after: list) -> set[str]:
-    row.state = State.FINISHED
-    row.pending_expires_finished = now
-    row.last_lock_version = None
-    row.max_retries = None
-    row.retry_exp_backoff_millis = None
-    row.executor_id = None
-    row.run_id = None
-    row.join_set_id = None
-    row.join_set_closing = None
-    row.lifecycle = Lifecycle.ACTIVE
-    row.result_kind = result_kind_of(event.retval)
+    fields = _set(  # §6.5 E
+        row,
+        state=State.FINISHED,
+        pending_expires_finished=now,
+        executor_id=None,
+        run_id=None,
+        lifecycle=Lifecycle.ACTIVE,
+        **_NO_WAIT,
+        **{**_NO_LOCK, "result_kind": result_kind_of(event.retval)},
+    )
     notes.finished.append(row.execution_id)
     if not row.is_top_level:
-        # A child's result always reaches its parent in the same transaction (decision D4).
+        # A child's result always reaches its parent in the same transaction (decisions.md D10).
         parent, join_set = ExecutionId.parse(row.execution_id).split_to_parts()
         after.append(
             lambda: _deliver_response(
                 str(parent), str(join_set), now, notes, child_id=row.execution_id, finished_version=version
             )
         )
-    return {
-        "state", "pending_expires_finished", "last_lock_version", "max_retries", "retry_exp_backoff_millis",
-        "executor_id", "run_id", "join_set_id", "join_set_closing", "lifecycle", "result_kind",
-    }  # fmt: skip
+    return fields
 
 
 def _write_applied(row: ExecutionState, applied: _Applied) -> None:
