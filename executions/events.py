@@ -106,12 +106,6 @@ def result_kind_of(retval: RetVal) -> str:
     return json.dumps({"err": {"execution_failure": retval.kind}}, separators=(",", ":"))
 
 
-def failure_kind_of_result_kind(result_kind: str | None) -> str | None:
-    if not result_kind or result_kind in (RESULT_KIND_OK, RESULT_KIND_ERROR):
-        return None
-    return json.loads(result_kind)["err"]["execution_failure"]
-
-
 def retval_to_json(retval: RetVal) -> dict:
     if isinstance(retval, Ok):
         return {"ok": retval.value}
@@ -168,10 +162,6 @@ class ComponentId(Record):
         from executions.ids import parse_content_digest
 
         return parse_content_digest(value)
-
-    @property
-    def is_activity(self) -> bool:
-        return self.component_type in ACTIVITY_TYPES
 
 
 class RetryConfig(Record):

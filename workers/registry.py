@@ -270,14 +270,6 @@ def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunct
     return dict(_FUNCTIONS)
 
 
-def get_function(ffqn: str) -> ActivityFunction | None:
-    return _FUNCTIONS.get(ffqn)
-
-
-def functions() -> dict[str, ActivityFunction]:
-    return dict(_FUNCTIONS)
-
-
 @functools.cache
 def component_of_module(module: str) -> ComponentId:
     """A module's component: its name and the digest of its source."""

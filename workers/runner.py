@@ -92,8 +92,6 @@ class WatchedRun:
         now = time.monotonic()
         self.execution_id = locked.execution_id
         self.fence = locked.fence
-        self.version = locked.next_version
-        self.intermittent_event_count = locked.intermittent_event_count
         self.spec = spec
         self.deadline = now + spec.timeout.total_seconds()
         self.lock_expires_at = locked.locked.lock_expires_at
@@ -240,7 +238,7 @@ class Watchdog:
                 return
             expires = timezone.now() + run.spec.lock_duration
             try:
-                run.version = store.extend_lock(run.execution_id, None, run.fence, expires)
+                store.extend_lock(run.execution_id, None, run.fence, expires)
                 run.lock_expires_at = expires
             except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
                 logger.warning("%s lost its lock: %s", run.execution_id, error)
@@ -350,10 +348,9 @@ def extend_before_start(locked: store.LockedExecution, spec: ActivityFunction) -
         return locked
     expires = timezone.now() + spec.lock_duration
     try:
-        version = store.extend_lock(locked.execution_id, None, locked.fence, expires)
+        store.extend_lock(locked.execution_id, None, locked.fence, expires)
     except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
         logger.warning("%s: lock lost before the run started: %s", locked.execution_id, error)
         return None
-    locked.next_version = version
     locked.locked = locked.locked.model_copy(update={"lock_expires_at": expires})
     return locked

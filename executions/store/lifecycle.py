@@ -6,6 +6,7 @@ from datetime import datetime
 
 from executions import errors, notify
 from executions.events import (
+    ACTIVITY_TYPES,
     CancellationRequested,
     ExecutionFailure,
     Finished,
@@ -46,7 +47,7 @@ def pause_execution(execution_id: str, *, now: datetime | None = None) -> int:
         notes = notify.Notes()
         version = row.corresponding_version + 1
         if row.state == State.LOCKED and row.lifecycle == Lifecycle.ACTIVE:
-            if row.component_type in ("activity", "activity_stub"):
+            if row.component_type in ACTIVITY_TYPES:
                 raise errors.IllegalState("cannot pause a running activity; cancel it instead")
             version = _append_in_tx(row, version, Unlocked(unlocked_at=now, reason="paused"), now, None, notes)
         version = _append_in_tx(row, version, Paused(), now, None, notes)
