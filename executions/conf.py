@@ -11,6 +11,15 @@ DEFAULTS = {
     "MAX_ERROR_DETAIL_CHARS": 16 * 1024,
     # Modules whose import registers activities (see workers.registry).
     "COMPONENT_MODULES": [],
+    # Deepest nesting of a JSON payload the store accepts (decoders recurse).
+    "MAX_JSON_DEPTH": 64,
+    # A run longer than this hands back the unstarted rest of its claimed batch.
+    "HAND_BACK_AFTER": timedelta(milliseconds=200),
+    # A stopping worker lets a running execution finish this long, then hands it back.
+    "SHUTDOWN_GRACE": timedelta(seconds=20),
+    # After a database outage the sweep leaves expired locks alone this long, so live
+    # workers renew their locks and write their results first.
+    "OUTAGE_LOCK_GRACE": timedelta(seconds=5),
     # Where no LISTEN/NOTIFY exists (SQLite), waiters poll this often.
     "POLL_INTERVAL": timedelta(milliseconds=50),
 }

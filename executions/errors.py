@@ -8,6 +8,17 @@ operation's transaction, which then rolls back.
 
 from __future__ import annotations
 
+EXCERPT_CHARS = 60
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """A bounded, printable rendering of user input for error messages: a 100 KB id must
+    not become a 100 KB error. Control characters and lone surrogates are escaped."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        text = text[:limit] + f"… ({len(text)} characters)"
+    return text.encode("unicode_escape", "backslashreplace").decode("ascii") if not text.isprintable() else text
+
 
 class StoreError(Exception):
     """Base class: ``code`` is a stable, machine-readable name for API bodies."""
@@ -38,6 +49,12 @@ class ValidationFailed(StoreError):
 
     code = "validation_failed"
     http_status = 400
+
+
+class UnsupportedValue(ValidationFailed):
+    """A value cannot be stored: not JSON, a NUL character, nested too deeply, or text that is not valid Unicode."""
+
+    code = "unsupported_value"
 
 
 class InvalidId(ValidationFailed):

@@ -12,6 +12,7 @@ Return values (spec 000 §3.3) are plain JSON here, not WAST values:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal
@@ -26,7 +27,7 @@ from pydantic import (
     field_validator,
 )
 
-from executions.errors import ValidationFailed
+from executions.errors import UnsupportedValue, ValidationFailed
 
 # ---------------------------------------------------------------------------------------
 # Scalars
@@ -312,8 +313,13 @@ class TemporarilyFailed(Event):
 
 
 class TemporarilyTimedOut(Event):
+    """An attempt that ran out of time. ``reason`` (an addition to spec 000 §3.1) tells a
+    real timeout ("timed out after …", written by the attempt's own watchdog) from a lock
+    that expired because its worker vanished ("lock expired: …", written by the sweep)."""
+
     VARIANT: ClassVar[str] = "temporarily_timed_out"
     backoff_expires_at: UtcDateTime
+    reason: str | None = None
     http_client_traces: list[Any] | None = None
 
 
@@ -405,6 +411,61 @@ def consumes_response(event: Event) -> bool:
         return False
     inner = event.event
     return isinstance(inner, JoinNext) or (isinstance(inner, JoinNextTry) and inner.outcome == "found")
+
+
+def check_storable(value: Any, what: str, *, max_depth: int) -> None:
+    """Refuse what both databases cannot store exactly: non-JSON values (NaN, infinities,
+    other types, non-string keys), NUL characters (PostgreSQL text cannot hold U+0000, and
+    SQLite must behave the same), lone surrogates (not Unicode), and nesting deeper than
+    ``max_depth`` (which would exhaust the stack of every recursive encoder and decoder).
+
+    Iterative, so a value nested 50,000 deep is refused, not a ``RecursionError``.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            raise UnsupportedValue(f"{what} is nested more than {max_depth} levels deep")
+        if item is None or isinstance(item, (bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise UnsupportedValue(f"{what} holds {item!r}, which is not JSON")
+        elif isinstance(item, str):
+            check_text(item, what)
+        elif isinstance(item, (list, tuple)):
+            stack.extend((element, depth + 1) for element in item)
+        elif isinstance(item, dict):
+            for key, element in item.items():
+                if not isinstance(key, str):
+                    raise UnsupportedValue(f"{what} has a {type(key).__name__} key; JSON keys are strings")
+                check_text(key, what)
+                stack.append((element, depth + 1))
+        else:
+            raise UnsupportedValue(f"{what} holds a {type(item).__name__}, which is not JSON")
+
+
+def check_text(text: str, what: str) -> str:
+    """Refuse a NUL character or a lone surrogate in ``text``."""
+    if "\x00" in text:
+        raise UnsupportedValue(f"{what} contains a NUL character (U+0000), which cannot be stored")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsupportedValue(f"{what} contains a lone surrogate, which is not valid Unicode") from None
+    return text
+
+
+def storable_text(text: str) -> str:
+    """``text`` with NUL characters and lone surrogates escaped: for failure reasons and
+    tracebacks, which are recorded whatever they contain (decisions.md D14)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def json_size(value: Any) -> int:

@@ -8,6 +8,8 @@ component digests stored as ``sha256:<hex>`` text, ``lock_generation`` for fenci
 (spec 004 §5.1) and ``consumes_response`` for join-next counting (decision 9).
 """
 
+import json
+
 from django.db import models
 from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
 
@@ -15,6 +17,30 @@ from executions.events import VARIANTS
 from executions.state_machine import Lifecycle, State
 
 COMPONENT_TYPES = ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"]
+
+
+class ExactJSONField(models.TextField):
+    """JSON kept as the exact text it was written as (decision 15; decisions.md D25).
+
+    PostgreSQL's ``jsonb`` rewrites numbers (``1e16`` reads back as an integer, ``-0.0`` as
+    ``0.0``), so an identical resubmission would conflict and code would receive other
+    values than were sent. Upstream's PostgreSQL store uses ``json``, which keeps the text;
+    so does this field (``text`` on SQLite). Values are checked by the store before they
+    get here (``events.check_storable``).
+    """
+
+    description = "JSON stored as its exact text"
+
+    def db_type(self, connection):
+        return "json" if connection.vendor == "postgresql" else "text"
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else json.loads(value)
+
+    def get_prep_value(self, value):
+        if value is None:
+            return None
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _choices(values):
@@ -141,7 +167,7 @@ class ExecutionEvent(models.Model):
     )
     version = models.BigIntegerField()
     created_at = models.DateTimeField()
-    json_value = models.JSONField()
+    json_value = ExactJSONField()
     variant = models.CharField(max_length=32, choices=_choices(VARIANTS))
     join_set_id = models.CharField(max_length=512, null=True, blank=True)
     history_event_type = models.CharField(max_length=20, null=True, blank=True)

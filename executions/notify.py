@@ -144,25 +144,30 @@ class _Hub:
     def _run(self) -> None:
         import psycopg
 
+        from executions.outage import Outage
+
         pid, ready = self._pid, self._ready
+        outage = Outage(logger, "LISTEN connection")
         while pid == os.getpid():
             try:
-                conn = psycopg.connect(autocommit=True, **self._params)
+                conn = psycopg.connect(autocommit=True, connect_timeout=5, **self._params)
                 for channel in CHANNELS:
                     conn.execute(f"LISTEN {channel}")
                 ready.set()
+                if outage.ongoing:  # whatever was committed meanwhile: waiters must look again
+                    self.deliver([(channel, "") for channel in CHANNELS])
+                outage.recovered()
                 self._conn = conn
                 while pid == os.getpid() and not self._stopping:
                     for note in conn.notifies(timeout=1.0):
                         self.deliver([(note.channel, note.payload)])
                 conn.close()
                 return
-            except Exception:  # connection lost: listeners fall back to timed re-checks
+            except Exception as error:  # connection lost: listeners fall back to timed re-checks
                 if self._stopping:
                     return
-                logger.warning("LISTEN connection failed; reconnecting", exc_info=True)
                 ready.set()
-                time.sleep(1.0)
+                time.sleep(outage.failed(error))
 
     def stop(self) -> None:
         """Close the LISTEN connection (at process or test-session end)."""

@@ -107,6 +107,8 @@ RULES: tuple[tuple[str, str, str, Effect | Reject], ...] = (
     ("locked", LOCKED, ACTIVE, Effect.LOCK),  # only the same run (extension)
     (ANY, FINISHED, ANY, Reject(errors.AlreadyFinished, "execution is already finished")),
     ("unlocked", LOCKED, ACTIVE, Effect.TO_PENDING),
+    # An expired lock of a cancelling workflow whose children still run (decisions.md D26).
+    ("unlocked", LOCKED, CANCELLING, Effect.TO_PENDING),
     ("unlocked", ANY, PAUSED, Reject(errors.UnlockedCannotBeAppended, "paused")),
     ("unlocked", ANY, CANCELLING, Reject(errors.UnlockedCannotBeAppended, "cancelling")),
     ("unlocked", PENDING, ANY, Reject(errors.UnlockedCannotBeAppended, "pending")),
@@ -180,18 +182,20 @@ def check_lock(
     """The guard of the two ``LOCK`` rules (spec 000 §6.3 ``can_append_lock``); the
     expiry itself (after ``created_at``) is checked before the table.
 
-    Returns True when the lock extends the current holder's lock (same executor and run),
-    False when it is a new lock. Raises when neither is allowed.
+    Returns True when the lock extends the current holder's lock (same executor and run,
+    before the row is due), False when it is a new lock. Raises when neither is allowed.
     """
     same_run = holder == (locked.executor_id, locked.run_id)
     if state == State.LOCKED:
         if not same_run:
             raise errors.IllegalState("cannot lock, already locked")
         return True
-    if same_run:
-        return True
     if scheduled_at > created_at:
+        if same_run:  # the holder keeps a run warm (spec 000 §10): its lock never lapsed
+            return True
         raise errors.ValidationFailed("cannot lock, not yet pending")
+    # Due: whoever locks it, the previous lock has lapsed, so this is a new lock with a new
+    # generation (spec 000 §6.3; spec 004 §5.1.1), even for the run that held it last.
     return False
 
 
@@ -262,25 +266,34 @@ class ExpiredLock:
     executor_id: str
     run_id: str
     lifecycle: str
+    children_running: bool = False  # a cancelling workflow's children are not all finished
 
 
 def on_lock_expired(lock: ExpiredLock, now: datetime) -> Event:
     """The event the timer sweep appends for an expired lock.
 
-    - cancelling: ``Finished(cancelled)``; the holder is gone, so the cancellation driver's
-      job is done here (decision 14; spec 000 §14 Q3);
+    The executors renew the locks they hold and hand back what they will not run, so a lock
+    expires only when its worker vanished (killed, hung, cut off from the database); the
+    events say so, telling it apart from an attempt's own timeout (spec 000 §10).
+
+    - cancelling: ``Finished(cancelled)``, the holder is gone, so the cancellation driver's
+      job is done here (decision 14; spec 000 §14 Q3); but a workflow whose children still
+      run is ``Unlocked`` instead, and the driver finishes it once they have (D26);
     - a workflow (retries unlimited) that made progress: ``Unlocked`` (no failure counted);
     - retries left: ``TemporarilyTimedOut`` at ``now + backoff``;
     - otherwise ``Finished(timed_out)``.
     """
+    vanished = f"lock expired: its worker stopped renewing it (executor {lock.executor_id}, run {lock.run_id})"
     if lock.lifecycle == Lifecycle.CANCELLING:
+        if lock.children_running:
+            return Unlocked(unlocked_at=now, reason=f"{vanished}; cancelling, waiting for its children")
         return Finished(retval=ExecutionFailure("cancelled", "cancelled while its lock expired"))
     if lock.max_retries is None and lock.locked_at_version + 1 < lock.next_version:
         return Unlocked(unlocked_at=now, reason="made progress")
     delay = retry_backoff(lock.intermittent_event_count + 1, lock.max_retries, lock.retry_exp_backoff)
     if delay is not None:
-        return TemporarilyTimedOut(backoff_expires_at=now + delay)
-    return Finished(retval=ExecutionFailure("timed_out", "lock expired and retries are exhausted"))
+        return TemporarilyTimedOut(backoff_expires_at=now + delay, reason=vanished)
+    return Finished(retval=ExecutionFailure("timed_out", f"{vanished}; retries are exhausted"))
 
 
 def failure_event(
@@ -300,5 +313,5 @@ def failure_event(
     if delay is None:
         return final
     if timed_out:
-        return TemporarilyTimedOut(backoff_expires_at=now + delay)
+        return TemporarilyTimedOut(backoff_expires_at=now + delay, reason=reason)
     return TemporarilyFailed(backoff_expires_at=now + delay, reason=reason, detail=detail)

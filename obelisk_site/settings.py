@@ -6,6 +6,7 @@ SQLite file under ``var/`` is used, so the demo runs with nothing installed; set
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -118,6 +119,8 @@ CACHES = {
 OBELISK = {
     # Modules that register activities (imported by workers, the CLI and the API).
     "COMPONENT_MODULES": os.environ.get("OBELISK_COMPONENT_MODULES", "demo.activities").split(","),
+    # How long a stopping worker lets running executions finish before handing them back.
+    "SHUTDOWN_GRACE": timedelta(seconds=float(os.environ.get("OBELISK_SHUTDOWN_GRACE_SECONDS", "20"))),
 }
 
 # django-q2 runs the executors: see docs/architecture.md, "Workers".

@@ -265,7 +265,6 @@ def test_wrong_version_is_a_version_conflict(world, offset):
         lambda: store.append_batch(
             locked.execution_id, requested, [Finished(retval=Ok(1))], fence=locked.fence, now=T0
         ),
-        lambda: store.extend_lock(locked.execution_id, requested, locked.fence, T0 + timedelta(seconds=20), now=T0),
     ]
     for call in calls:
         error = refused(errors.VersionConflict, call)
@@ -374,14 +373,14 @@ def _not_json():
 
 @pytest.mark.parametrize("value", _not_json())
 def test_non_json_params_are_refused(world, value):
-    refused(errors.ValidationFailed, lambda: store.create(request(params=[value]), now=T0))
+    refused(errors.UnsupportedValue, lambda: store.create(request(params=[value]), now=T0))
 
 
 @pytest.mark.parametrize("value", _not_json())
 def test_non_json_return_value_is_refused(world, value):
     locked = world["locked"]
     refused(
-        errors.ValidationFailed,
+        errors.UnsupportedValue,
         lambda: store.append(
             locked.execution_id, locked.next_version, Finished(retval=Ok(value)), fence=locked.fence, now=T0
         ),
@@ -420,7 +419,7 @@ NAIVE_CALLS = {
     "expire_lock now": lambda w: store.expire_lock(w["locked"].execution_id, now=NAIVE),
     "cancel now": lambda w: store.cancel(w["pending"], now=NAIVE),
     "extend_lock expiry": lambda w: store.extend_lock(
-        w["locked"].execution_id, w["locked"].next_version, w["locked"].fence, NAIVE + timedelta(seconds=30), now=T0
+        w["locked"].execution_id, w["locked"].fence, NAIVE + timedelta(seconds=30), now=T0
     ),
 }
 

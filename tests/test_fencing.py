@@ -97,22 +97,55 @@ def test_holder_extends_its_own_lock_and_keeps_the_generation(how, at):
     new_expiry = at + TERMS.lock_duration
 
     if how == "extend_lock":
-        version = store.extend_lock(execution_id, holder.next_version, holder.fence, new_expiry, now=at)
+        assert store.extend_lock(execution_id, holder.fence, new_expiry, now=at) == "active"
+        version = holder.next_version  # a heartbeat: no event, the version stays (D27)
+        expected_locked_events = 1
     else:
         again = helpers.lock(execution_id, now=at, executor_id=holder.locked.executor_id, run_id=holder.fence.run_id)
         assert again.fence == holder.fence
         assert again.locked.lock_expires_at == new_expiry
         version = again.next_version
+        expected_locked_events = 2
 
     state = store.get_state(execution_id)
     assert (state.state, state.lock_generation, state.pending_expires_finished) == (
         State.LOCKED, holder.fence.lock_generation, new_expiry,
     )  # fmt: skip
-    assert locked_event_generations(execution_id) == [holder.fence.lock_generation] * 2
+    assert locked_event_generations(execution_id) == [holder.fence.lock_generation] * expected_locked_events
     # The extended lock is not expired at `at`, so the sweep leaves it alone ...
     assert store.expire_lock(execution_id, now=at) is None
     # ... and the holder's fence still writes.
     assert store.append(execution_id, version, Finished(retval=Ok(1)), fence=holder.fence, now=at) == version
+
+
+def test_lock_renewal_appends_no_event_and_keeps_the_version():
+    """Issue 11 defect 8: renewing a lock every few seconds must not grow the history."""
+    execution_id = helpers.create(now=T0)
+    holder = helpers.lock(execution_id, now=T0)
+    for seconds in range(1, 50):
+        store.extend_lock(execution_id, holder.fence, T0 + timedelta(seconds=seconds + 10), now=T0 + timedelta(seconds=seconds))
+    state = store.get_state(execution_id)
+    assert helpers.event_variants(execution_id) == ["created", "locked"]
+    assert (state.corresponding_version, state.pending_expires_finished) == (1, T0 + timedelta(seconds=59))
+
+
+def test_a_renewal_never_moves_the_lock_expiry_backwards():
+    execution_id = helpers.create(now=T0)
+    holder = helpers.lock(execution_id, now=T0)  # expires at T0 + 10 s
+    store.extend_lock(execution_id, holder.fence, T0 + timedelta(seconds=3), now=T0 + timedelta(seconds=1))
+    assert store.get_state(execution_id).pending_expires_finished == T0 + timedelta(seconds=10)
+
+
+def test_renewing_the_lock_of_a_cancelling_execution_tells_the_holder():
+    """Issue 11 defect 5: a renewal racing a cancel request is not a lost lock; the holder
+    learns the execution is cancelling and finishes it as cancelled itself."""
+    execution_id = helpers.create(now=T0)
+    holder = helpers.lock(execution_id, now=T0)
+    store.cancel(execution_id, now=BEFORE_EXPIRY)
+    assert store.extend_lock(execution_id, holder.fence, AFTER_EXPIRY, now=BEFORE_EXPIRY) == "cancelling"
+    failure = ExecutionFailure("cancelled", "cancellation requested while running")
+    store.append(execution_id, None, Finished(retval=failure), fence=holder.fence, now=BEFORE_EXPIRY)
+    assert store.get_finished_result(execution_id) == failure
 
 
 def test_extending_with_an_expiry_in_the_past_is_refused():
@@ -120,8 +153,37 @@ def test_extending_with_an_expiry_in_the_past_is_refused():
     holder = helpers.lock(execution_id, now=T0)
     before = helpers.db_snapshot()
     with pytest.raises(errors.ValidationFailed, match="invalid expiry date"):
-        store.extend_lock(execution_id, holder.next_version, holder.fence, BEFORE_EXPIRY, now=BEFORE_EXPIRY)
+        store.extend_lock(execution_id, holder.fence, BEFORE_EXPIRY, now=BEFORE_EXPIRY)
     assert helpers.db_snapshot() == before
+
+
+def test_a_due_row_relocked_by_its_last_holder_gets_a_new_generation():
+    """Issue 11 defect 9: spec 000 §6.3 (a due row gets a new lock) and spec 004 §5.1.1
+    (the generation goes up for every acquisition, even by the same run after its lock
+    lapsed). Locked, then the run's own back-off, then the same run locks it when due."""
+    execution_id = helpers.create(now=T0)
+    holder = helpers.lock(execution_id, now=T0)
+    failed = TemporarilyFailed(backoff_expires_at=T0 + timedelta(seconds=2), reason="flaky")
+    store.append(execution_id, None, failed, fence=holder.fence, now=T0 + timedelta(seconds=1))
+    again = helpers.lock(
+        execution_id, now=T0 + timedelta(seconds=3), executor_id=holder.locked.executor_id, run_id=holder.fence.run_id
+    )
+    assert again.fence.lock_generation == holder.fence.lock_generation + 1
+    assert store.get_state(execution_id).lock_generation == holder.fence.lock_generation + 1
+    with pytest.raises(errors.LockLost):  # the old fence is no longer the lock
+        store.append(execution_id, None, Finished(retval=Ok(1)), fence=holder.fence, now=T0 + timedelta(seconds=3))
+
+
+def test_the_holder_keeping_a_run_warm_before_it_is_due_keeps_the_generation():
+    """Spec 000 §10: a holder re-locking its row before it is due continues its lock."""
+    execution_id = helpers.create(now=T0)
+    holder = helpers.lock(execution_id, now=T0)
+    failed = TemporarilyFailed(backoff_expires_at=T0 + timedelta(seconds=5), reason="flaky")
+    store.append(execution_id, None, failed, fence=holder.fence, now=T0 + timedelta(seconds=1))
+    again = helpers.lock(
+        execution_id, now=T0 + timedelta(seconds=2), executor_id=holder.locked.executor_id, run_id=holder.fence.run_id
+    )
+    assert again.fence == holder.fence
 
 
 @pytest.mark.parametrize("relock", ["lock_one", "lock_pending"])
@@ -206,7 +268,9 @@ def test_generation_survives_a_sweep_that_finishes_the_execution():
     execution_id = helpers.create(now=T0)
     holder = helpers.lock(execution_id, now=T0, terms=no_retries)
     event = sweep(execution_id)
-    assert event == Finished(retval=ExecutionFailure("timed_out", "lock expired and retries are exhausted"))
+    assert isinstance(event, Finished) and event.retval.kind == "timed_out"
+    assert event.retval.reason.startswith("lock expired: its worker stopped renewing it")
+    assert event.retval.reason.endswith("retries are exhausted")
     state = store.get_state(execution_id)
     assert state.state == State.FINISHED
     assert state.lock_generation == holder.fence.lock_generation + 1  # revoked, never reset
@@ -281,7 +345,7 @@ def _append_many(workflow_id, version, fence):
 
 
 def _extend_lock(workflow_id, version, fence):
-    store.extend_lock(workflow_id, version, fence, AFTER_EXPIRY + timedelta(seconds=10), now=AFTER_EXPIRY)
+    store.extend_lock(workflow_id, fence, AFTER_EXPIRY + timedelta(seconds=10), now=AFTER_EXPIRY)
 
 
 STALE_WRITES = {

@@ -14,7 +14,6 @@ from django.db import connection, transaction
 from executions import errors, notify, store
 from executions.events import (
     ChildExecutionRequest,
-    ExecutionFailure,
     Finished,
     JoinNext,
     JoinSetCreate,
@@ -182,7 +181,6 @@ def test_holder_and_sweep_racing_on_an_expired_lock_have_exactly_one_winner():
     held = {k: v for outcome in results[:pairs] for k, v in outcome.items()}
     swept = {k: v for outcome in results[pairs:] for k, v in outcome.items()}
 
-    timed_out = Finished(retval=ExecutionFailure("timed_out", "lock expired and retries are exhausted"))
     for execution_id in order:
         events = store.get(execution_id).events
         assert [type(record.event).__name__ for record in events] == ["Created", "Locked", "Finished"], execution_id
@@ -190,7 +188,9 @@ def test_holder_and_sweep_racing_on_an_expired_lock_have_exactly_one_winner():
             assert swept[execution_id] is None, f"{execution_id}: both the holder and the sweep won"
             assert events[-1].event == Finished(retval=Ok("holder"))
         else:
-            assert swept[execution_id] == timed_out, f"{execution_id}: neither the holder nor the sweep won"
+            timed_out = swept[execution_id]
+            assert isinstance(timed_out, Finished), f"{execution_id}: neither the holder nor the sweep won"
+            assert timed_out.retval.kind == "timed_out" and timed_out.retval.reason.startswith("lock expired")
             assert events[-1].event == timed_out
         assert store.get_state(execution_id).state == State.FINISHED
 

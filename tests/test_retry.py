@@ -7,6 +7,7 @@ explicit (``now=``), starting at ``helpers.T0``.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -109,7 +110,7 @@ def test_failure_event_retries_then_gives_the_final_result():
     assert _failure(0) == TemporarilyFailed(backoff_expires_at=T0 + SECOND, reason="boom", detail="trace")
     assert _failure(1) == TemporarilyFailed(backoff_expires_at=T0 + 2 * SECOND, reason="boom", detail="trace")
     assert _failure(2) == Finished(retval=Err("gave up"))
-    assert _failure(1, timed_out=True) == TemporarilyTimedOut(backoff_expires_at=T0 + 2 * SECOND)
+    assert _failure(1, timed_out=True) == TemporarilyTimedOut(backoff_expires_at=T0 + 2 * SECOND, reason="boom")
     assert _failure(2, timed_out=True) == Finished(retval=Err("gave up"))
     assert _failure(0, max_retries=0) == Finished(retval=Err("gave up"))
 
@@ -117,6 +118,14 @@ def test_failure_event_retries_then_gives_the_final_result():
 # ---------------------------------------------------------------------------------------
 # on_lock_expired: the sweep's decision
 # ---------------------------------------------------------------------------------------
+
+
+def assert_worker_vanished(event, backoff_expires_at):
+    """The sweep's timeout: retried at the back-off, and told apart from an attempt's own
+    timeout by its reason (issue 11: a lock expires only when its worker vanished)."""
+    assert isinstance(event, TemporarilyTimedOut), event
+    assert event.backoff_expires_at == backoff_expires_at
+    assert event.reason.startswith("lock expired: its worker stopped renewing it")
 
 
 def expired(*, count=0, max_retries=2, backoff=SECOND, locked_at=1, next_version=2, lifecycle="active") -> ExpiredLock:
@@ -130,7 +139,7 @@ def expired(*, count=0, max_retries=2, backoff=SECOND, locked_at=1, next_version
 @pytest.mark.parametrize("count", [0, 1, 2, 3])
 def test_expired_activity_with_retries_left_times_out_temporarily(count):
     event = on_lock_expired(expired(count=count, max_retries=4), T0)
-    assert event == TemporarilyTimedOut(backoff_expires_at=T0 + SECOND * 2**count)
+    assert_worker_vanished(event, T0 + SECOND * 2**count)
 
 
 @pytest.mark.parametrize(("count", "max_retries"), [(2, 2), (5, 2), (0, 0)])
@@ -142,7 +151,7 @@ def test_expired_activity_without_retries_left_finishes_timed_out(count, max_ret
 def test_expired_activity_that_made_progress_still_counts_a_failure():
     # "made progress" applies to workflows only (max_retries None).
     event = on_lock_expired(expired(count=0, max_retries=2, locked_at=1, next_version=4), T0)
-    assert event == TemporarilyTimedOut(backoff_expires_at=T0 + SECOND)
+    assert_worker_vanished(event, T0 + SECOND)
 
 
 def test_expired_workflow_that_made_progress_is_unlocked():
@@ -152,13 +161,22 @@ def test_expired_workflow_that_made_progress_is_unlocked():
 
 def test_expired_workflow_without_progress_times_out_temporarily():
     event = on_lock_expired(expired(count=3, max_retries=None, backoff=SECOND, locked_at=4, next_version=5), T0)
-    assert event == TemporarilyTimedOut(backoff_expires_at=T0 + 8 * SECOND)
+    assert_worker_vanished(event, T0 + 8 * SECOND)
 
 
 @pytest.mark.parametrize("max_retries", [None, 0, 2])
 def test_expired_cancelling_lock_finishes_cancelled(max_retries):
     event = on_lock_expired(expired(max_retries=max_retries, next_version=7, lifecycle="cancelling"), T0)
     assert isinstance(event, Finished) and event.retval.kind == "cancelled"
+
+
+def test_expired_cancelling_workflow_with_running_children_is_unlocked_not_finished():
+    """Decision 14 / D26: a cancelling workflow ends only after its children."""
+    lock = dataclasses.replace(
+        expired(max_retries=None, next_version=7, lifecycle="cancelling"), children_running=True
+    )
+    event = on_lock_expired(lock, T0)
+    assert isinstance(event, Unlocked) and "waiting for its children" in event.reason
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,7 +251,7 @@ def test_expired_activity_lock_retries_then_finishes_timed_out():
         assert (timer.locked_at_version, timer.next_version) == (locked.next_version - 1, locked.next_version)
 
         event = store.expire_lock(execution_id, now=expires)
-        assert event == TemporarilyTimedOut(backoff_expires_at=expires + wait)
+        assert_worker_vanished(event, expires + wait)
         logged = store.get_last_event(execution_id)
         assert (logged.version, logged.created_at, logged.event) == (locked.next_version, expires, event)
         row = store.get_state(execution_id)
@@ -285,7 +303,7 @@ def test_expired_workflow_lock_without_progress_times_out_temporarily():
     helpers.lock(execution_id, now=T0)  # unlimited retries, zero back-off
     expires = T0 + LOCK_FOR
     event = store.expire_lock(execution_id, now=expires)
-    assert event == TemporarilyTimedOut(backoff_expires_at=expires)
+    assert_worker_vanished(event, expires)
     row = store.get_state(execution_id)
     assert (row.state, row.pending_expires_finished, row.intermittent_event_count) == ("pending_at", expires, 1)
     assert helpers.event_variants(execution_id) == ["created", "locked", "temporarily_timed_out"]

@@ -174,7 +174,8 @@ EXPECTED = {
     # columns:                   pending            locked                      blocked                     pending/paused      blocked/paused       pending/cancelling   locked/cancelling    blocked/cancelling   finished
     "created":                   [CREATED,          CREATED,                    CREATED,                    CREATED,            CREATED,             CREATED,             CREATED,             CREATED,             CREATED],
     "locked":                    [LOCK_NEW,         LOCK_EXTEND,                LOCK_BLOCKED,               LOCK_PAUSED,        LOCK_PAUSED,         LOCK_CANCELLING,     LOCK_CANCELLING,     LOCK_CANCELLING,     LOCK_FINISHED],
-    "unlocked":                  [not_unlockable("pending"), TO_PENDING,        not_unlockable("blocked"),  not_unlockable("paused"), not_unlockable("paused"), not_unlockable("cancelling"), not_unlockable("cancelling"), not_unlockable("cancelling"), FIN],
+    # locked/cancelling: the sweep unlocks an expired cancelling workflow whose children still run (D26)
+    "unlocked":                  [not_unlockable("pending"), TO_PENDING,        not_unlockable("blocked"),  not_unlockable("paused"), not_unlockable("paused"), not_unlockable("cancelling"), TO_PENDING,          not_unlockable("cancelling"), FIN],
     "temporarily_failed":        [RETRY,            RETRY,                      RETRY,                      RETRY,              RETRY,               RETRY,               RETRY,               RETRY,               FIN],
     "temporarily_timed_out":     [RETRY,            RETRY,                      RETRY,                      RETRY,              RETRY,               RETRY,               RETRY,               RETRY,               FIN],
     "finished":                  [FINISH,           FINISH,                     FINISH,                     FINISH,             FINISH,              FINISH,              FINISH,              FINISH,              FIN],

@@ -266,7 +266,8 @@ def test_corresponding_version_equals_max_log_version_after_every_operation():
     (locked,) = lock_pending(at(1), {FFQN: TERMS})
     assert locked.execution_id == activity
     assert_log_consistent()
-    version = store.extend_lock(activity, locked.next_version, locked.fence, at(30), now=at(2))
+    store.extend_lock(activity, locked.fence, at(30), now=at(2))
+    version = locked.next_version
     assert_log_consistent()
     store.append(
         activity, version, TemporarilyFailed(backoff_expires_at=at(3), reason="boom"), fence=locked.fence, now=at(2)
@@ -855,7 +856,7 @@ def test_expire_lock_before_expiry_does_nothing():
 def test_expire_lock_after_extension_does_nothing():
     execution_id = create(now=T0)
     locked = lock(execution_id, now=T0)
-    store.extend_lock(execution_id, locked.next_version, locked.fence, at(30), now=at(5))
+    store.extend_lock(execution_id, locked.fence, at(30), now=at(5))
     assert expired_lock_ids(at(15)) == set()
     with unchanged():
         assert store.expire_lock(execution_id, now=at(15)) is None

@@ -12,8 +12,9 @@ tables instead of a task queue:
   in a queue, and django-q2's ORM queue is never on the path of an execution;
 - claim tasks are spaced at least ``MIN_CLAIM_SPACING`` apart, because one claim task
   drains everything due; more would only cost django-q2's ~1 ms per task;
-- the pusher process also runs the timer sweep in a thread (``workers.sweeper``), so due
-  timers fire within about a second even when every worker is busy;
+- a database outage never escapes ``dequeue()``: it backs off (at most 1 s) and logs one
+  line per outage (``executions.outage``), so the pusher lives on and claims resume within
+  about a second of the database coming back;
 - ordinary django-q2 tasks (``async_task``, schedules) still go through the ORM queue this
   class inherits, checked at every ``dequeue()``.
 """
@@ -31,7 +32,9 @@ from django_q.signing import SignedPackage
 
 from executions import notify
 from executions.models import ExecutionState
+from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle, State
+from workers.shutdown import ignore_sigterm
 
 logger = logging.getLogger("obelisk.broker")
 
@@ -54,7 +57,7 @@ class ExecutionBroker(ORM):
 
     def _reset(self) -> None:
         self._listener: notify.Listener | None = None
-        self._sweeper = None
+        self._outage = Outage(logger, "broker")
         self._served: frozenset[str] = frozenset()
         self._last_claim = 0.0
         self._new_work = False
@@ -65,6 +68,18 @@ class ExecutionBroker(ORM):
     # -- django-q2 interface -------------------------------------------------------------
 
     def dequeue(self):
+        """Block until there is something for the pool (at most ``MAX_WAIT``); never raise
+        for a database outage: django-q2 would kill the pusher and respawn it 10 s later."""
+        try:
+            tasks = self._dequeue()
+        except DATABASE_ERRORS as error:
+            self._outage.wait(error)
+            self._recheck_at = 0.0
+            return None
+        self._outage.recovered()
+        return tasks
+
+    def _dequeue(self):
         self._start()
         now = time.monotonic()
         if now >= self._next_orm_check:
@@ -85,6 +100,11 @@ class ExecutionBroker(ORM):
         return None
 
     def ping(self) -> bool:
+        """Called by django-q2's sentinel before it forks the pool: from here on the
+        cluster's processes ignore SIGTERM, and the ``obelisk_worker`` process, which does
+        not, stops them in order (``workers.shutdown``). Worker processes install their own
+        handler when they start, to stop gracefully."""
+        ignore_sigterm()
         return True
 
     def info(self) -> str:
@@ -96,12 +116,9 @@ class ExecutionBroker(ORM):
         if self._listener is not None:
             return
         from workers.registry import load_components
-        from workers.sweeper import SweeperThread
 
         self._served = frozenset(load_components())
         self._listener = notify.Listener([notify.PENDING, notify.TIMER])
-        self._sweeper = SweeperThread()
-        self._sweeper.start()
         logger.info("broker serving %d function(s): %s", len(self._served), ", ".join(sorted(self._served)))
 
     def _may_claim(self, now: float) -> bool:

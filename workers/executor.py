@@ -9,7 +9,9 @@ work, so neither a backlog nor a stream of single executions needs a round trip 
 the broker per batch.
 
 The batch size adapts: it grows while batches finish quickly and shrinks to 1 for slow
-activities, so a slow activity never holds a long tail of claimed executions hostage.
+activities. A run that turns out long has the rest of its batch handed back at once
+(``Unlocked``, no retry used) for other workers to take, so a claimed execution never waits
+in a worker until its lock expires; a stopping worker does the same (``workers.shutdown``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ import threading
 import time
 from dataclasses import dataclass
 
+from django.utils import timezone
+
 from executions import errors, notify, store
-from executions.events import ExecutionFailure, Finished
+from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
+from executions.outage import DATABASE_ERRORS, Outage
+from executions.state_machine import Lifecycle
+from workers import shutdown
 from workers.registry import ActivityFunction
-from workers.runner import Watchdog, extend_before_start, run_activity
+from workers.runner import Watchdog, renew_before_start, run_activity
 
 logger = logging.getLogger("obelisk.executor")
+
+# How long a run's results are retried through a database outage before they are left to
+# the sweep (which then finds their locks expired).
+RESULT_WRITE_PATIENCE = 60.0
 
 
 @dataclass
@@ -33,6 +44,7 @@ class ExecutorStats:
     claimed: int = 0
     finished: int = 0
     lost: int = 0
+    handed_back: int = 0
 
 
 class ActivityExecutor:
@@ -66,6 +78,8 @@ class ActivityExecutor:
         self._listener: notify.Listener | None = None
         self._activity_seconds = 0.0
         self._unstarted: list[store.LockedExecution] = []
+        self._unstarted_lock = threading.Lock()  # the watchdog hands them back during long runs
+        self._outage = Outage(logger, "executor")
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds.
@@ -73,38 +87,45 @@ class ActivityExecutor:
         When nothing is due, wait up to ``linger`` seconds for new work (``LISTEN
         obelisk_pending``) before giving the process back to django-q2: a worker that just
         ran picks up the next execution directly, without a round trip through the broker.
+        A stopping worker claims nothing; a database outage ends the claim task (the broker
+        hands out a new one once the database is back).
         """
         self.watchdog.start()
-        self.watchdog.on_hard_stop = self._flush_and_release
+        self.watchdog.on_hard_stop = self._flush_and_hand_back
         self.watchdog.on_slow_run = self._flush
-        if self._listener is None:
-            self._listener = notify.Listener([notify.PENDING])
+        self.watchdog.on_long_run = self._hand_back
+        self.watchdog.on_stop = self._hand_back
         deadline = time.monotonic() + budget
         idle_until = time.monotonic() + linger
         done = 0
-        while time.monotonic() < deadline:
-            limit = self.batch_size
-            batch = store.lock_pending(
-                self.terms,
-                limit=limit,
-                executor_id=self.executor_id,
-                run_id=new_run_id(),
-                deployment_id=self.deployment_id,
-            )
-            if batch:
-                self._activity_seconds = 0.0
-                self.run_batch(batch)
-                self._adapt(len(batch), self._activity_seconds)
-                done += len(batch)
-                idle_until = time.monotonic() + linger
-                continue
-            if not self._wait_for_work(idle_until):
-                break
+        try:
+            if self._listener is None:
+                self._listener = notify.Listener([notify.PENDING])
+            while time.monotonic() < deadline and not shutdown.stopping():
+                batch = store.lock_pending(
+                    self.terms,
+                    limit=self.batch_size,
+                    executor_id=self.executor_id,
+                    run_id=new_run_id(),
+                    deployment_id=self.deployment_id,
+                )
+                self._outage.recovered()
+                if batch:
+                    self._activity_seconds = 0.0
+                    self.run_batch(batch)
+                    self._adapt(len(batch), self._activity_seconds)
+                    done += len(batch)
+                    idle_until = time.monotonic() + linger
+                    continue
+                if not self._wait_for_work(idle_until):
+                    break
+        except DATABASE_ERRORS as error:
+            time.sleep(self._outage.failed(error))
         return done
 
     def _wait_for_work(self, until: float) -> bool:
         """Wait for a served function's work to become due; False when ``until`` passed."""
-        while (timeout := until - time.monotonic()) > 0:
+        while (timeout := until - time.monotonic()) > 0 and not shutdown.stopping():
             for note in self._listener.wait(timeout):
                 if note.channel == notify.PENDING and self.terms.keys() & set(note.items):
                     return True
@@ -113,11 +134,14 @@ class ActivityExecutor:
         return False
 
     def run_batch(self, batch: list[store.LockedExecution]) -> None:
+        """Run a claimed batch one after another; results go out in group commits. What
+        has not started when a run turns out long, or when the worker is asked to stop, is
+        handed back (``_hand_back``) instead of waiting for its lock to expire."""
         self.stats.claimed += len(batch)
-        self._unstarted = list(batch)
+        with self._unstarted_lock:
+            self._unstarted = list(batch)
         oldest_unflushed = 0.0
-        while self._unstarted:
-            locked = self._unstarted.pop(0)
+        while (locked := self._next_unstarted()) is not None:
             if self._unflushed and time.monotonic() - oldest_unflushed >= self.flush_after:
                 self._flush()
             item = self._run_one(locked)
@@ -130,16 +154,51 @@ class ActivityExecutor:
                 self._unflushed.append(item)
         self._flush()
 
+    def _next_unstarted(self) -> store.LockedExecution | None:
+        if shutdown.stopping():
+            self._hand_back("handed back unstarted: worker is stopping")
+        with self._unstarted_lock:
+            return self._unstarted.pop(0) if self._unstarted else None
+
     def _run_one(self, locked: store.LockedExecution) -> store.AppendItem | None:
         spec = self.functions[locked.ffqn]
-        locked = extend_before_start(locked, spec)
-        if locked is None:
+        lifecycle = renew_before_start(locked, spec)
+        if lifecycle is None:
             return None
+        if lifecycle == Lifecycle.CANCELLING:
+            failure = ExecutionFailure("cancelled", "cancellation requested before it started")
+            return store.AppendItem(locked.execution_id, None, Finished(retval=failure), locked.fence)
         started = time.monotonic()
         try:
-            return run_activity(locked, spec, self.watchdog, flush_if_slow=bool(self._unflushed))
+            with self._unstarted_lock:
+                waiting = bool(self._unstarted)
+            return run_activity(
+                locked, spec, self.watchdog, flush_if_slow=bool(self._unflushed), hand_back_if_long=waiting
+            )
         finally:
             self._activity_seconds += time.monotonic() - started
+
+    def _hand_back(self, reason: str) -> None:
+        """Give back the claimed executions that have not started: ``Unlocked`` with each
+        one's fence, in one transaction, no retry used. Called by the watchdog thread while
+        a long run goes on, or when the worker is stopping."""
+        with self._unstarted_lock:
+            waiting, self._unstarted = self._unstarted, []
+        if not waiting:
+            return
+        unlocked = Unlocked(unlocked_at=timezone.now(), reason=reason)
+        items = [store.AppendItem(locked.execution_id, None, unlocked, locked.fence) for locked in waiting]
+        try:
+            results = self._ride_outage(store.append_many, items)
+        except Exception as error:  # their locks will expire; the sweep returns them
+            logger.warning("could not hand back %d execution(s): %s", len(items), error)
+            return
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, errors.StoreError):
+                logger.warning("could not hand back %s: %s", item.execution_id, result)
+            else:
+                self.stats.handed_back += 1
+        logger.info("%s: %d execution(s)", reason, len(items))
 
     def _flush(self) -> None:
         """Write the finished runs' results in one transaction (a group commit)."""
@@ -149,34 +208,61 @@ class ActivityExecutor:
                 self._write(items)
 
     def _write(self, items: list[store.AppendItem]) -> None:
-        results = store.append_many(items)
-        retry = []
-        for item, result in zip(items, results, strict=False):
-            if isinstance(result, errors.PayloadTooLarge) or (
-                isinstance(result, errors.ValidationFailed) and isinstance(item.event, Finished)
-            ):
+        """Write results, never losing one to another's problem: a group commit that fails
+        as a whole (not an outage) is retried item by item, and a result the store refuses
+        (``UnsupportedValue``, ``PayloadTooLarge``) finishes its own execution as failed."""
+        try:
+            results = self._ride_outage(store.append_many, items)
+        except DATABASE_ERRORS as error:
+            logger.error("%d result(s) not recorded, the database stayed unavailable: %s", len(items), error)
+            return
+        except Exception as error:
+            logger.warning("group commit of %d result(s) failed (%s); writing them one by one", len(items), error)
+            results = [self._write_alone(item) for item in items]
+        rejected = []
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, errors.ValidationFailed) and _is_result(item):
                 failure = ExecutionFailure("uncategorized", f"result rejected: {result}")
-                retry.append(store.AppendItem(item.execution_id, item.version, Finished(retval=failure), item.fence))
+                rejected.append(store.AppendItem(item.execution_id, item.version, Finished(retval=failure), item.fence))
             elif isinstance(result, errors.StoreError):
                 self.stats.lost += 1
                 logger.warning("result of %s not recorded: %s", item.execution_id, result)
             else:
                 self.stats.finished += 1
-        if retry:
-            for item, result in zip(retry, store.append_many(retry), strict=False):
-                if isinstance(result, errors.StoreError):
-                    logger.error("result of %s not recorded: %s", item.execution_id, result)
+        for item in rejected:
+            result = self._write_alone(item)
+            if isinstance(result, errors.StoreError):
+                logger.error("result of %s not recorded: %s", item.execution_id, result)
+            else:
+                self.stats.finished += 1
 
-    def _flush_and_release(self) -> None:
+    def _write_alone(self, item: store.AppendItem) -> int | errors.StoreError:
+        try:
+            return self._ride_outage(store.append_many, [item])[0]
+        except DATABASE_ERRORS:
+            raise
+        except Exception as error:  # the database refused this one value
+            return errors.UnsupportedValue(f"the database refused it: {type(error).__name__}: {error}")
+
+    def _ride_outage(self, operation, *args):
+        """Call a store operation, retrying through a database outage for up to
+        ``RESULT_WRITE_PATIENCE`` seconds (the results are worth more than a re-run)."""
+        give_up = time.monotonic() + RESULT_WRITE_PATIENCE
+        while True:
+            try:
+                result = operation(*args)
+            except DATABASE_ERRORS as error:
+                if time.monotonic() >= give_up:
+                    raise
+                time.sleep(self._outage.failed(error))
+                continue
+            self._outage.recovered()
+            return result
+
+    def _flush_and_hand_back(self) -> None:
         """Before a hard stop: save finished results and give back claims not yet started."""
         self._flush()
-        for locked in self._unstarted:
-            try:
-                store.append(
-                    locked.execution_id, None, _unlocked("worker stopped before running it"), fence=locked.fence
-                )
-            except errors.StoreError as error:
-                logger.warning("could not release %s: %s", locked.execution_id, error)
+        self._hand_back("handed back unstarted: worker process is ending")
 
     def _adapt(self, size: int, activity_seconds: float) -> None:
         """Size the next claim so that running it takes about ``target_batch_seconds``:
@@ -186,9 +272,6 @@ class ActivityExecutor:
         self.batch_size = max(1, min(self.max_batch, wanted, self.batch_size * 2))
 
 
-def _unlocked(reason: str):
-    from django.utils import timezone
-
-    from executions.events import Unlocked
-
-    return Unlocked(unlocked_at=timezone.now(), reason=reason)
+def _is_result(item: store.AppendItem) -> bool:
+    """A run's outcome (not a hand-back), which must be recorded one way or another."""
+    return isinstance(item.event, (Finished, store.AttemptFailed))

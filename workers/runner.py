@@ -8,10 +8,15 @@ The activity runs in the process's main thread. A ``Watchdog`` thread watches it
 - if the activity does not stop within ``grace`` (it swallowed the exception, or is stuck
   in C code), the watchdog records the outcome itself and ends the process with
   ``os._exit``; the worker pool (django-q2's sentinel) starts a fresh process;
-- while the activity runs it extends the lock (appending ``Locked`` again) before a third of
-  the lock duration is left, so long activities keep their lock;
+- while the activity runs it renews the lock (a heartbeat in ``t_state``, no event) before a
+  third of the lock duration is left, so long activities keep their lock;
 - it checks for a cancellation request and interrupts the activity with
-  ``ActivityCancelled``.
+  ``ActivityCancelled``;
+- if the activity runs long, it has the executor hand back the executions claimed with it
+  that have not started (``on_long_run``);
+- when the worker is asked to stop (``workers.shutdown``) it has the executor hand back what
+  has not started (``on_stop``) and, after ``OBELISK['SHUTDOWN_GRACE']``, interrupts the
+  running activity with ``ActivityShutdown``, which hands it back too.
 
 Whatever happens, the run's writes carry its fence (run id + lock generation): once the
 timer sweep has handled an expired lock, or the execution was re-locked, nothing this run
@@ -29,17 +34,19 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 from pydantic import TypeAdapter
 
-from executions import errors, store
-from executions.events import Err, Event, ExecutionFailure, Finished, Ok
+from executions import conf, errors, store
+from executions.events import Err, Event, ExecutionFailure, Finished, Ok, Unlocked
 from executions.models import ExecutionState
+from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
+from workers import shutdown
 from workers.registry import ActivityError, ActivityFunction, ArgumentError
 
 logger = logging.getLogger("obelisk.runner")
@@ -62,6 +69,10 @@ class ActivityCancelled(ActivityInterrupt):
 
 class ActivityLockLost(ActivityInterrupt):
     """The run's lock was taken away (expired and swept, or re-locked)."""
+
+
+class ActivityShutdown(ActivityInterrupt):
+    """The worker is stopping and the activity outlived the shutdown grace period."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +113,16 @@ class WatchedRun:
         self.interrupted: type[ActivityInterrupt] | None = None
         self.interrupted_at: float | None = None
         self.flush_at: float | None = None
+        self.hand_back_at: float | None = None
         self.closed = False
 
 
 class Watchdog:
-    """One per process: enforces deadlines, extends locks and delivers cancellations."""
+    """One per process: enforces deadlines, renews locks, delivers cancellations, and
+    carries out a stop (``workers.shutdown``)."""
 
     CANCEL_CHECK_INTERVAL = 0.5
-    IDLE_TICK = 0.25  # the idle watchdog looks for a new run this often
+    IDLE_TICK = 0.25  # the idle watchdog looks for a new run (and a stop request) this often
     SLOW_RUN = 0.02  # a run this long gets the batch's finished results written meanwhile
 
     def __init__(self, grace: float = 2.0):
@@ -118,8 +131,12 @@ class Watchdog:
         self.run: WatchedRun | None = None
         self.on_hard_stop: Callable[[], None] | None = None
         self.on_slow_run: Callable[[], None] | None = None
+        self.on_long_run: Callable[[str], None] | None = None  # hand back the unstarted rest
+        self.on_stop: Callable[[str], None] | None = None
+        self._stop_handled = False
         self._main = threading.main_thread().ident
         self._thread: threading.Thread | None = None
+        self._outage = Outage(logger, "watchdog")
 
     def start(self) -> None:
         """Install the signal handler (main thread) and start the watchdog thread."""
@@ -138,23 +155,25 @@ class Watchdog:
             exception, run.pending = run.pending, None
             raise exception(f"activity {run.execution_id} interrupted: {exception.__name__}")
 
-    def begin(self, run: WatchedRun, *, flush_if_slow: bool = False) -> None:
+    def begin(self, run: WatchedRun, *, flush_if_slow: bool = False, hand_back_if_long: bool = False) -> None:
         """The activity starts. The watchdog thread is woken only if it must act before its
         next idle tick: waking it for every short activity would cost a GIL hand-off each.
         ``flush_if_slow``: results of earlier runs wait for a group commit; if this run turns
-        out slow, the watchdog calls ``on_slow_run`` to write them meanwhile."""
+        out slow, the watchdog calls ``on_slow_run`` to write them meanwhile.
+        ``hand_back_if_long``: executions claimed with this one wait behind it; if it runs
+        longer than ``OBELISK['HAND_BACK_AFTER']``, ``on_long_run`` hands them back, so
+        they neither wait nor let their locks expire (issue: claimed, never started)."""
         with self.lock:
             self.run = run
             run.in_user_code = True
             run.flush_at = run.started + self.SLOW_RUN if flush_if_slow else None
-            if (
-                min(run.deadline, self._extension_due(run), run.flush_at or run.deadline)
-                < time.monotonic() + self.IDLE_TICK
-            ):
+            if hand_back_if_long:
+                run.hand_back_at = run.started + conf.get("HAND_BACK_AFTER").total_seconds()
+            if self._next_wake(run) < time.monotonic() + self.IDLE_TICK:
                 self.lock.notify_all()
 
     def end(self, run: WatchedRun) -> None:
-        """The activity returned or raised: no more interrupts or extensions for it."""
+        """The activity returned or raised: no more interrupts or renewals for it."""
         with self.lock:
             run.in_user_code = False
             run.pending = None
@@ -167,6 +186,9 @@ class Watchdog:
         while True:
             try:
                 self._tick()
+                self._outage.recovered()
+            except DATABASE_ERRORS as error:
+                time.sleep(self._outage.failed(error))
             except Exception:  # never let the watchdog die
                 logger.exception("watchdog tick failed")
                 time.sleep(0.1)
@@ -175,6 +197,7 @@ class Watchdog:
                     connection.close_if_unusable_or_obsolete()
 
     def _tick(self) -> None:
+        self._check_stop()
         with self.lock:
             run = self.run
             if run is None or run.closed:
@@ -186,7 +209,8 @@ class Watchdog:
                     self._hard_stop(run)
                     return
                 if not self._needs_extension(run):
-                    self.lock.wait(max(0.0, min(run.interrupted_at + self.grace, self._extension_due(run)) - now))
+                    wake = min(run.interrupted_at + self.grace, self._extension_due(run), now + self.IDLE_TICK)
+                    self.lock.wait(max(0.0, wake - now))
                     return
         if run.interrupted is not None:
             if run.interrupted is not ActivityLockLost:
@@ -197,10 +221,17 @@ class Watchdog:
             if now >= run.deadline:
                 self._interrupt(run, ActivityTimedOut)
                 return
+            if self._grace_over():
+                self._interrupt(run, ActivityShutdown)
+                return
         if run.flush_at is not None and time.monotonic() >= run.flush_at:
             run.flush_at = None
             if self.on_slow_run is not None:
                 self.on_slow_run()
+        if run.hand_back_at is not None and time.monotonic() >= run.hand_back_at:
+            run.hand_back_at = None
+            if self.on_long_run is not None:
+                self.on_long_run("handed back unstarted: an earlier execution of its batch runs long")
         if self._needs_extension(run):
             self._extend(run)
         if time.monotonic() >= run.next_cancel_check:
@@ -214,8 +245,28 @@ class Watchdog:
             if run.closed or run.interrupted is not None:
                 return
             now = time.monotonic()
-            wake = min(run.deadline, run.next_cancel_check, self._extension_due(run), run.flush_at or run.deadline)
-            self.lock.wait(max(0.0, wake - now))
+            self.lock.wait(max(0.0, min(self._next_wake(run), now + self.IDLE_TICK) - now))
+
+    def _next_wake(self, run: WatchedRun) -> float:
+        return min(
+            run.deadline,
+            run.next_cancel_check,
+            self._extension_due(run),
+            run.flush_at or run.deadline,
+            run.hand_back_at or run.deadline,
+        )
+
+    def _check_stop(self) -> None:
+        """On the first tick after a stop request, hand back what has not started."""
+        if not self._stop_handled and shutdown.stopping():
+            self._stop_handled = True
+            logger.info("stopping: handing back unstarted executions; running ones get %s", _grace())
+            if self.on_stop is not None:
+                self.on_stop("handed back unstarted: worker is stopping")
+
+    def _grace_over(self) -> bool:
+        asked = shutdown.stop_requested_at()
+        return asked is not None and time.monotonic() >= asked + _grace().total_seconds()
 
     def _interrupt(self, run: WatchedRun, exception: type[ActivityInterrupt]) -> None:
         """Called with ``lock`` held."""
@@ -233,16 +284,20 @@ class Watchdog:
         return not run.closed and time.monotonic() >= self._extension_due(run)
 
     def _extend(self, run: WatchedRun) -> None:
+        """Renew the lock (a heartbeat in ``t_state``, no event: ``store.extend_lock``)."""
         with self.lock:
             if run.closed:
                 return
             expires = timezone.now() + run.spec.lock_duration
             try:
-                store.extend_lock(run.execution_id, None, run.fence, expires)
-                run.lock_expires_at = expires
-            except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
+                lifecycle = store.extend_lock(run.execution_id, run.fence, expires)
+            except (errors.LockLost, errors.IllegalState, errors.NotFound) as error:
                 logger.warning("%s lost its lock: %s", run.execution_id, error)
                 self._interrupt(run, ActivityLockLost)
+                return
+            run.lock_expires_at = expires
+            if lifecycle == Lifecycle.CANCELLING and run.interrupted is None:
+                self._interrupt(run, ActivityCancelled)
 
     def _cancel_requested(self, run: WatchedRun) -> bool:
         lifecycle = ExecutionState.objects.filter(pk=run.execution_id).values_list("lifecycle", flat=True).first()
@@ -262,15 +317,28 @@ class Watchdog:
             os._exit(HARD_STOP_EXIT_CODE)
 
 
+def _grace() -> timedelta:
+    return conf.get("SHUTDOWN_GRACE")
+
+
 def interrupt_outcome(run: WatchedRun, interrupt: type[ActivityInterrupt]) -> Event | store.AttemptFailed:
     if interrupt is ActivityCancelled:
         return Finished(retval=ExecutionFailure("cancelled", "cancellation requested while running"))
+    if interrupt is ActivityShutdown:
+        return Unlocked(
+            unlocked_at=timezone.now(), reason="handed back after the shutdown grace period: worker is stopping"
+        )
     reason = f"timed out after {run.spec.timeout.total_seconds():g} s"
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("timed_out", reason)), timed_out=True)
 
 
 def run_activity(
-    locked: store.LockedExecution, spec: ActivityFunction, watchdog: Watchdog, *, flush_if_slow: bool = False
+    locked: store.LockedExecution,
+    spec: ActivityFunction,
+    watchdog: Watchdog,
+    *,
+    flush_if_slow: bool = False,
+    hand_back_if_long: bool = False,
 ) -> store.AppendItem | None:
     """Run one attempt and return what to append for it (None: the run lost its lock)."""
     run = WatchedRun(locked, spec)
@@ -291,7 +359,7 @@ def run_activity(
     token = _CONTEXT.set(context)
     try:
         try:
-            watchdog.begin(run, flush_if_slow=flush_if_slow)
+            watchdog.begin(run, flush_if_slow=flush_if_slow, hand_back_if_long=hand_back_if_long)
             try:
                 value = spec.fn(*args)
             finally:
@@ -340,17 +408,18 @@ def _failure_outcome(error: Exception) -> store.AttemptFailed:
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("uncategorized", reason, detail)), detail)
 
 
-def extend_before_start(locked: store.LockedExecution, spec: ActivityFunction) -> store.LockedExecution | None:
-    """A claimed execution that waited in its batch: extend its lock before running it if
-    less than half is left; None if the lock is already gone."""
+def renew_before_start(locked: store.LockedExecution, spec: ActivityFunction) -> str | None:
+    """A claimed execution that waited in its batch: renew its lock before running it if
+    less than half is left. Returns its lifecycle (``"cancelling"``: do not start it), or
+    None if the lock is already gone."""
     remaining = locked.locked.lock_expires_at - timezone.now()
     if remaining >= spec.lock_duration / 2:
-        return locked
+        return Lifecycle.ACTIVE
     expires = timezone.now() + spec.lock_duration
     try:
-        store.extend_lock(locked.execution_id, None, locked.fence, expires)
-    except (errors.LockLost, errors.VersionConflict, errors.AlreadyFinished, errors.IllegalState) as error:
+        lifecycle = store.extend_lock(locked.execution_id, locked.fence, expires)
+    except (errors.LockLost, errors.IllegalState, errors.NotFound) as error:
         logger.warning("%s: lock lost before the run started: %s", locked.execution_id, error)
         return None
     locked.locked = locked.locked.model_copy(update={"lock_expires_at": expires})
-    return locked
+    return lifecycle

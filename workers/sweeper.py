@@ -25,7 +25,8 @@ from datetime import datetime
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from executions import errors, notify, store
+from executions import conf, errors, notify, store
+from executions.outage import DATABASE_ERRORS, Outage
 
 logger = logging.getLogger("obelisk.sweeper")
 
@@ -40,8 +41,9 @@ class SweepReport:
         return bool(self.expired_locks or self.fired_delays or self.cancelled)
 
 
-def sweep(now: datetime | None = None, *, limit: int = 500) -> SweepReport:
-    """One pass over everything due at ``now``."""
+def sweep(now: datetime | None = None, *, limit: int = 500, expire_locks: bool = True) -> SweepReport:
+    """One pass over everything due at ``now``. ``expire_locks`` False leaves expired locks
+    alone (for a while after a database outage, see ``SweeperThread``)."""
     now = now or timezone.now()
     report = SweepReport()
     delays, locks = store.get_expired_timers(now=now, limit=limit)
@@ -51,7 +53,7 @@ def sweep(now: datetime | None = None, *, limit: int = 500) -> SweepReport:
                 report.fired_delays += 1
         except errors.StoreError as error:
             logger.warning("delay %s: %s", delay.delay_id, error)
-    for lock in locks:
+    for lock in locks if expire_locks else ():
         try:
             if store.expire_lock(lock.execution_id, now=now) is not None:
                 report.expired_locks += 1
@@ -68,12 +70,20 @@ def sweep(now: datetime | None = None, *, limit: int = 500) -> SweepReport:
 
 class SweeperThread(threading.Thread):
     """Runs ``sweep`` at the next timer's time, at least every ``max_interval`` seconds,
-    and at once when a timer or a cancellation is written (LISTEN/NOTIFY on PostgreSQL)."""
+    and at once when a timer or a cancellation is written (LISTEN/NOTIFY on PostgreSQL).
+
+    It lives in the ``obelisk_worker`` process, not in a django-q2 process, so it runs as
+    long as the cluster does, whatever happens to the pusher. A database outage is ridden
+    out with capped back-off and one log line (``executions.outage``); after one, expired
+    locks are left alone for ``OBELISK['OUTAGE_LOCK_GRACE']``: their workers are alive and
+    renewing, and must not lose a retry because the database was away.
+    """
 
     def __init__(self, *, max_interval: float = 1.0):
         super().__init__(name="obelisk-sweeper", daemon=True)
         self.max_interval = max_interval
         self.stopping = threading.Event()
+        self._outage = Outage(logger, "timer sweep")
 
     def run(self) -> None:
         listener = None
@@ -81,21 +91,26 @@ class SweeperThread(threading.Thread):
             try:
                 if listener is None:
                     listener = notify.Listener([notify.TIMER, notify.CANCEL])
-                report = sweep()
+                report = sweep(expire_locks=self._may_expire_locks())
+                self._outage.recovered()
                 if report:
                     logger.info("sweep: %s", report)
                 listener.wait(self._wait_seconds(progress=bool(report)))
+            except DATABASE_ERRORS as error:
+                self.stopping.wait(self._outage.failed(error))
             except Exception:
                 logger.exception("sweep failed; retrying")
-                if listener is not None:
-                    listener.close()
-                    listener = None
                 connection.close()
-                time.sleep(self.max_interval)
+                self.stopping.wait(self.max_interval)
             finally:
                 close_old_connections()
         if listener is not None:
             listener.close()
+
+    def _may_expire_locks(self) -> bool:
+        if self._outage.ended is None:
+            return True
+        return time.monotonic() - self._outage.ended >= conf.get("OUTAGE_LOCK_GRACE").total_seconds()
 
     def _wait_seconds(self, *, progress: bool) -> float:
         """Until the next timer is due; an overdue timer the last pass could not handle

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
+from executions.outage import DATABASE_ERRORS, Outage
+from workers import shutdown
 from workers.executor import ActivityExecutor
 
+logger = logging.getLogger("obelisk.executor")
 _executor: ActivityExecutor | None = None
+_outage = Outage(logger, "worker start")
 
 
 def executor() -> ActivityExecutor:
@@ -22,4 +29,15 @@ def executor() -> ActivityExecutor:
 
 def claim_and_run() -> int:
     """Claim due executions of the served functions and run them; returns how many ran."""
-    return executor().claim_and_run()
+    if shutdown.stopping():
+        shutdown.leave_if_told_alone()
+        return 0
+    try:
+        runner = executor()
+        _outage.recovered()
+    except DATABASE_ERRORS as error:
+        time.sleep(_outage.failed(error))
+        return 0
+    done = runner.claim_and_run()
+    shutdown.leave_if_told_alone()
+    return done

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from executions import conf, errors
 from executions.events import (
+    check_storable,
     event_from_json,
     json_size,
 )
@@ -66,11 +67,10 @@ def _row_for_update(execution_id: str) -> ExecutionState:
 
 
 def _json_payload(what: str, value: Any) -> None:
-    """Refuse values that are not JSON or are larger than ``MAX_PAYLOAD_BYTES``."""
-    try:
-        size = json_size(value)
-    except (TypeError, ValueError) as error:
-        raise errors.ValidationFailed(f"{what} is not JSON-serialisable: {error}") from None
+    """Refuse values that cannot be stored exactly (``UnsupportedValue``: not JSON, NUL,
+    lone surrogates, too deeply nested) or are larger than ``MAX_PAYLOAD_BYTES``."""
+    check_storable(value, what, max_depth=conf.get("MAX_JSON_DEPTH"))
+    size = json_size(value)
     limit = conf.get("MAX_PAYLOAD_BYTES")
     if size > limit:
         raise errors.PayloadTooLarge(what, size, limit)
@@ -93,3 +93,14 @@ def _json(value: Any) -> Any:
 
 def _record(version: int, created_at: datetime, json_value: Any) -> EventRecord:
     return EventRecord(version, created_at, event_from_json(json_value))
+
+
+def has_unfinished_children(execution_id: str) -> bool:
+    """Whether any execution started in a join set of ``execution_id`` (at any depth) runs."""
+    from executions.state_machine import State
+
+    return (
+        ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
+        .exclude(state=State.FINISHED)
+        .exists()
+    )

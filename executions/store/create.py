@@ -10,6 +10,7 @@ from executions import errors, notify
 from executions.events import (
     Created,
     canonical_json,
+    event_from_json,
 )
 from executions.ids import (
     ExecutionId,
@@ -53,35 +54,74 @@ def create(req: CreateRequest, *, now: datetime | None = None) -> CreateOutcome:
 
 
 def create_many(requests: list[CreateRequest], *, now: datetime | None = None) -> list[CreateOutcome]:
-    """Create many executions in one transaction (two bulk inserts).
+    """Create many executions in one transaction: all or nothing.
 
-    All or nothing. If an id already exists, falls back to ``create`` one by one, which
-    keeps each create idempotent.
+    Idempotent per request (decision 13): an id that exists with the same function and
+    parameters is reported ``already_existed``; one that exists with anything else is
+    ``Conflict``, and then nothing at all is created.
     """
     now = _now(now)
     prepared = []
     for req in requests:
         execution_id = ExecutionId.parse(req.execution_id)
         prepared.append((execution_id, _created_event(req, execution_id, now), req.paused))
-    if any(paused or created.parent for _, created, paused in prepared):
-        return [create(req, now=now) for req in requests]
-    try:
-        with transaction.atomic():
-            notes, statements = notify.Notes(), Statements()
-            rows = [_state_row(execution_id, created, now) for execution_id, created, _ in prepared]
-            statements.insert(ExecutionState, rows, STATE_FIELDS)
-            statements.insert(
-                ExecutionEvent,
-                [_created_row(c, row) for (_, c, _), row in zip(prepared, rows, strict=False)],
-                EVENT_FIELDS,
-            )
-            for row in rows:
-                _notify_pending(row, notes)
-            notes.publish(statements)
-            statements.run()
-    except IntegrityError:
-        return [create(req, now=now) for req in requests]
-    return [CreateOutcome(1, already_existed=False) for _ in prepared]
+    ids = [str(execution_id) for execution_id, _, _ in prepared]
+    if len(set(ids)) != len(ids):
+        raise errors.ValidationFailed("create_many takes each execution id at most once")
+    for attempt in range(2):
+        try:
+            with transaction.atomic():
+                return _create_many_in_tx(prepared, now)
+        except IntegrityError as error:  # a concurrent create of one of the ids won the race
+            if attempt:
+                raise errors.Conflict(f"cannot create the executions: {error}") from error
+    raise AssertionError("unreachable")
+
+
+def _create_many_in_tx(prepared: list, now: datetime) -> list[CreateOutcome]:
+    existing = _existing_versions([str(execution_id) for execution_id, _, _ in prepared])
+    notes, statements = notify.Notes(), Statements()
+    outcomes, plain_rows, plain_created = [], [], []
+    for execution_id, created, paused in prepared:
+        if str(execution_id) in existing:
+            stored, next_version = existing[str(execution_id)]
+            _require_same_call(str(execution_id), stored, created)
+            outcomes.append(CreateOutcome(next_version, already_existed=True))
+        elif paused or created.parent:  # a Paused event, or a parent to check: one by one
+            outcomes.append(CreateOutcome(_create_in_tx(execution_id, created, paused, now, notes, statements), False))
+        else:
+            row = _state_row(execution_id, created, now)
+            plain_rows.append(row)
+            plain_created.append(_created_row(created, row))
+            _notify_pending(row, notes)
+            outcomes.append(CreateOutcome(1, already_existed=False))
+    statements.insert(ExecutionState, plain_rows, STATE_FIELDS)
+    statements.insert(ExecutionEvent, plain_created, EVENT_FIELDS)
+    notes.publish(statements)
+    statements.run()
+    return outcomes
+
+
+def _existing_versions(ids: list[str]) -> dict[str, tuple[Created, int]]:
+    """The ``Created`` event and next version of those of ``ids`` that exist."""
+    versions = {}
+    for execution_id, version, state in ExecutionState.objects.filter(pk__in=ids).values_list(
+        "execution_id", "corresponding_version", "state"
+    ):
+        versions[execution_id] = version if state == "finished" else version + 1
+    if not versions:
+        return {}
+    created = ExecutionEvent.objects.filter(execution_id__in=list(versions), version=0).values_list(
+        "execution_id", "json_value"
+    )
+    return {execution_id: (event_from_json(value), versions[execution_id]) for execution_id, value in created}
+
+
+def _require_same_call(execution_id: str, existing: Created, created: Created) -> None:
+    if existing.ffqn != created.ffqn or canonical_json(existing.params) != canonical_json(created.params):
+        raise errors.Conflict(
+            f"execution `{execution_id}` already exists with a different function or parameters"
+        )
 
 
 def _existing_create(execution_id: str, created: Created, error: IntegrityError) -> CreateOutcome:
@@ -90,6 +130,5 @@ def _existing_create(execution_id: str, created: Created, error: IntegrityError)
         state = ExecutionState.objects.get(pk=execution_id)
     except (errors.NotFound, ExecutionState.DoesNotExist):
         raise errors.Conflict(f"cannot create `{execution_id}`: {error}") from error
-    if existing.ffqn != created.ffqn or canonical_json(existing.params) != canonical_json(created.params):
-        raise errors.Conflict(f"execution `{execution_id}` already exists with a different function or parameters")
+    _require_same_call(execution_id, existing, created)
     return CreateOutcome(state.next_version, already_existed=True)

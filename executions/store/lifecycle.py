@@ -29,7 +29,7 @@ from executions.state_machine import (
     State,
 )
 from executions.store.append import append
-from executions.store.common import _eid, _now, _row_for_update, _write_transaction
+from executions.store.common import _eid, _now, _row_for_update, _write_transaction, has_unfinished_children
 from executions.store.datatypes import CancelOutcome, Fence
 from executions.store.reads import get_event
 from executions.store.transitions import _append_in_tx
@@ -113,21 +113,13 @@ def finish_cancelled(
             return False
         if fence is None and row.state == State.LOCKED and row.pending_expires_finished > now:
             return False
-        if fence is None and row.component_type == "workflow" and _has_unfinished_children(execution_id):
+        if fence is None and row.component_type == "workflow" and has_unfinished_children(execution_id):
             return False
         notes = notify.Notes()
         retval = ExecutionFailure("cancelled", "cancellation requested")
         _append_in_tx(row, version or row.corresponding_version + 1, Finished(retval=retval), now, fence, notes)
         notes.publish()
     return True
-
-
-def _has_unfinished_children(execution_id: str) -> bool:
-    return (
-        ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
-        .exclude(state=State.FINISHED)
-        .exists()
-    )
 
 
 def upsert_stub_response(execution_id: str, retval: RetVal, *, now: datetime | None = None) -> bool:

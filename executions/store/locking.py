@@ -40,7 +40,7 @@ from executions.store.common import (
 )
 from executions.store.datatypes import Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
-from executions.store.transitions import _append_in_tx, _apply, _write_applied
+from executions.store.transitions import _apply, _check_fence, _write_applied
 
 
 def lock_pending(
@@ -201,23 +201,35 @@ def lock_one(
 
 def extend_lock(
     execution_id: str,
-    version: int | None,
     fence: Fence,
     lock_expires_at: datetime,
     *,
     now: datetime | None = None,
-) -> int:
-    """The holder extends its own lock by appending ``Locked`` again (spec 000 §10)."""
+) -> str:
+    """The holder renews its lock: a heartbeat (decisions.md D27).
+
+    Only ``t_state``'s lock expiry moves (never backwards), under the row lock and the
+    holder's fence; no event is appended and the version stays. So an hour-long activity
+    does not write hundreds of ``Locked`` events, the lock in ``t_state`` is always the
+    current one (what the sweep reads), and a renewal never races a cancellation request
+    for a version. Returns the execution's lifecycle, so a holder renewing the lock of an
+    execution being cancelled learns it at once (``"cancelling"``).
+    """
     now = _now(now)
     lock_expires_at = _now(lock_expires_at)
     execution_id = _eid(execution_id)
+    if lock_expires_at <= now:
+        raise errors.ValidationFailed("invalid expiry date: a renewed lock must expire after now")
     with _write_transaction():
         row = _row_for_update(execution_id)
-        locked = _last_locked_event(execution_id).model_copy(update={"lock_expires_at": lock_expires_at})
-        notes = notify.Notes()
-        next_version = _append_in_tx(row, version, locked, now, fence, notes)
-        notes.publish()
-    return next_version
+        _check_fence(row, fence)
+        if row.state != State.LOCKED:
+            raise errors.IllegalState(f"cannot renew the lock of `{execution_id}`: it is {row.state}")
+        if lock_expires_at > row.pending_expires_finished:
+            ExecutionState.objects.filter(pk=execution_id).update(
+                pending_expires_finished=lock_expires_at, updated_at=now
+            )
+    return row.lifecycle
 
 
 def _locked_event(terms: LockTerms, executor_id: str, run_id: str, deployment_id: str, now: datetime) -> Locked:
@@ -229,10 +241,3 @@ def _locked_event(terms: LockTerms, executor_id: str, run_id: str, deployment_id
         lock_expires_at=now + terms.lock_duration,
         retry_config=terms.retry_config,
     )
-
-
-def _last_locked_event(execution_id: str) -> Locked:
-    row = ExecutionEvent.objects.filter(execution_id=execution_id, variant=Locked.VARIANT).order_by("-version").first()
-    if row is None:
-        raise errors.IllegalState(f"execution `{execution_id}` was never locked")
-    return event_from_json(row.json_value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from executions import notify
@@ -15,10 +16,11 @@ from executions.models import (
 )
 from executions.state_machine import (
     ExpiredLock,
+    Lifecycle,
     State,
     on_lock_expired,
 )
-from executions.store.common import _eid, _now, _write_transaction
+from executions.store.common import _eid, _now, _write_transaction, has_unfinished_children
 from executions.store.datatypes import DelayOutcome, ExpiredDelay
 from executions.store.responses import append_delay_response
 from executions.store.transitions import _append_in_tx
@@ -92,7 +94,10 @@ def expire_lock(execution_id: str, *, now: datetime | None = None) -> Event | No
         )
         if row is None:
             return None
-        event = on_lock_expired(_expired_lock(row), now)
+        lock = _expired_lock(row)
+        if row.lifecycle == Lifecycle.CANCELLING and row.component_type == "workflow":
+            lock = replace(lock, children_running=has_unfinished_children(execution_id))
+        event = on_lock_expired(lock, now)
         notes = notify.Notes()
         _append_in_tx(row, row.corresponding_version + 1, event, now, None, notes)
         notes.publish()

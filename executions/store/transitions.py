@@ -36,6 +36,7 @@ from executions.events import (
     history_event_type,
     result_kind_of,
     retval_to_json,
+    storable_text,
 )
 from executions.ids import (
     DelayId,
@@ -102,6 +103,7 @@ def _created_event(req: CreateRequest, execution_id: ExecutionId, now: datetime)
     metadata = dict(req.metadata)
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise errors.ValidationFailed("metadata must map strings to strings")
+    _json_payload("metadata", metadata)
     return Created(
         ffqn=ffqn,
         params=req.params,
@@ -350,6 +352,7 @@ def _validate(row: ExecutionState, effect: Effect, event: Event) -> None:
         JoinSetId.parse(event.event.join_set_id)
     elif effect in (Effect.DELAY, Effect.BUMP):
         _validate_history_event(row, event.event)
+        _json_payload("history event", event.event.model_dump(mode="json"))
 
 
 def _apply_lock(row: ExecutionState, event: Locked, version: int, extending: bool) -> tuple[Locked, set[str]]:
@@ -373,15 +376,20 @@ def _apply_lock(row: ExecutionState, event: Locked, version: int, extending: boo
 
 
 def _bounded_failure(event: Event) -> Event:
-    """Keep a failure's text within bounds: a long reason or traceback is cut, never
-    refused, so an attempt's outcome is always recorded."""
+    """Keep a failure's text storable and within bounds: a long reason or traceback is
+    cut, NUL characters and lone surrogates are escaped, never refused, so an attempt's
+    outcome is always recorded (decisions.md D14)."""
     limit = conf.get("MAX_ERROR_DETAIL_CHARS")
 
     def cut(reason: str | None, detail: str | None) -> tuple[str | None, str | None]:
-        if reason is not None and len(reason) > limit:
-            reason = reason[:limit] + "…"
-        if detail is not None and len(detail) > limit:
-            detail = "…" + detail[-limit:]
+        if reason is not None:
+            reason = storable_text(reason)
+            if len(reason) > limit:
+                reason = reason[:limit] + "…"
+        if detail is not None:
+            detail = storable_text(detail)
+            if len(detail) > limit:
+                detail = "…" + detail[-limit:]
         return reason, detail
 
     if isinstance(event, TemporarilyFailed):

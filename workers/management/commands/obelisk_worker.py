@@ -1,12 +1,16 @@
+import signal
 import time
 
 from django.core.management.base import BaseCommand
+from django.db import connections
 
 
 class Command(BaseCommand):
     help = (
         "Start a worker cluster: django-q2 processes that claim and run activities, "
-        "plus the timer sweep. Run one per host; several can share one PostgreSQL."
+        "plus the timer sweep. Run one per host; several can share one PostgreSQL. "
+        "SIGTERM or SIGINT stops it in order: nothing more is claimed, unstarted executions "
+        "are handed back at once, running ones get OBELISK['SHUTDOWN_GRACE'] to finish."
     )
 
     def add_arguments(self, parser):
@@ -18,7 +22,9 @@ class Command(BaseCommand):
         from django_q.conf import Conf
 
         from deployments.registration import ensure_code_deployment
+        from workers import shutdown
         from workers.registry import load_components
+        from workers.sweeper import SweeperThread
 
         if workers:
             Conf.WORKERS = workers
@@ -30,7 +36,25 @@ class Command(BaseCommand):
             f"{len(functions)} function(s): {', '.join(sorted(functions))}"
         )
         self.stdout.flush()
+        shutdown.prepare_cluster()
+        connections.close_all()  # the cluster's processes are forked: they must not share it
         cluster = Cluster(get_broker())
+
+        def stop(signum, frame):
+            """Tell every process of the cluster to stop (the shared flag), then have the
+            sentinel stop the pool: it waits for the workers to hand back and finish."""
+            shutdown.request_cluster_stop()
+            if cluster.stop_event is not None:
+                cluster.stop_event.set()
+
+        signal.signal(signal.SIGTERM, stop)  # replaces django-q2's handler, which blocks in it
+        signal.signal(signal.SIGINT, stop)
         cluster.start()
+        if shutdown.stopping():  # asked before the sentinel existed
+            stop(signal.SIGTERM, None)
+        sweeper = SweeperThread()
+        sweeper.start()
         while cluster.sentinel is not None and cluster.sentinel.is_alive():
-            time.sleep(0.5)
+            time.sleep(0.2)
+        sweeper.stop()
+        self.stdout.write("worker cluster stopped")

@@ -1,0 +1,91 @@
+"""Stopping a worker cluster in order (SIGTERM).
+
+What a stopping worker does (``workers.executor``, ``workers.runner``): it claims nothing
+more, hands back the executions it claimed but has not started at once (``Unlocked``, no
+retry used), lets a running one finish within ``OBELISK['SHUTDOWN_GRACE']``, then
+interrupts it and hands it back too. Nothing it held waits for its lock to expire, and no
+execution pays a retry for a stop.
+
+Who tells it to stop:
+
+- ``SIGTERM`` to the ``obelisk_worker`` process (an operator, a supervisor): it sets the
+  cluster's shared stop flag (created here before django-q2 forks the cluster, so every
+  process inherits it) and then asks django-q2's sentinel to stop the pool;
+- ``SIGTERM`` to every process of the cluster (systemd, Kubernetes): the sentinel, pusher
+  and monitor ignore it (``ignore_sigterm``, installed by the broker before the sentinel
+  forks) and leave the order to the ``obelisk_worker`` process; each worker process marks
+  itself stopping (``install_worker_handler``). A worker told alone leaves once its claim
+  task is over, and the sentinel starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import time
+
+logger = logging.getLogger("obelisk.shutdown")
+
+_cluster_stopping = None  # a multiprocessing Event shared by the cluster's processes
+_stop_requested_at: float | None = None  # monotonic time this process learnt to stop
+_told_alone = False  # this worker process got its own SIGTERM
+
+
+def prepare_cluster() -> None:
+    """Create the shared stop flag; call before the cluster forks its processes."""
+    global _cluster_stopping
+    _cluster_stopping = multiprocessing.get_context("fork").Event()
+
+
+def request_cluster_stop() -> None:
+    if _cluster_stopping is not None:
+        _cluster_stopping.set()
+    _note_stop()
+
+
+def stop_requested_at() -> float | None:
+    """When this process learnt that it must stop (None: it need not)."""
+    if _stop_requested_at is None and _cluster_stopping is not None and _cluster_stopping.is_set():
+        _note_stop()
+    return _stop_requested_at
+
+
+def stopping() -> bool:
+    return stop_requested_at() is not None
+
+
+def _note_stop() -> None:
+    global _stop_requested_at
+    if _stop_requested_at is None:
+        _stop_requested_at = time.monotonic()
+
+
+def ignore_sigterm() -> None:
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to install
+        pass
+
+
+def install_worker_handler(**_) -> None:
+    """In a worker process (django-q2's ``post_spawn``): SIGTERM asks for a graceful stop.
+    The handler only sets flags: the watchdog thread and the executor act on them."""
+
+    def on_sigterm(signum, frame):
+        global _told_alone
+        _told_alone = True
+        _note_stop()
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:
+        pass
+
+
+def leave_if_told_alone() -> None:
+    """After a claim task: a worker that got its own SIGTERM while its cluster goes on
+    exits, so the sentinel replaces it (a stopped worker must not sit in the pool)."""
+    if _told_alone and not (_cluster_stopping is not None and _cluster_stopping.is_set()):
+        logger.info("worker process stopping on SIGTERM; the cluster replaces it")
+        raise SystemExit(0)
