@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ulid import ULID
 
-from executions.errors import InvalidId
+from executions.errors import InvalidId, excerpt
 
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")  # 128 bits: the first character is at most 7
 _JOIN_SET_NAME_RE = re.compile(r"^[A-Za-z0-9_/-]+$")
@@ -38,14 +38,14 @@ JOIN_SET_KINDS = {"o": "one_off", "n": "named", "g": "generated"}
 def _check_ulid(text: str, what: str) -> str:
     if not _ULID_RE.match(text):
         raise InvalidId(
-            f"{what}: `{text}` is not a 26-character upper-case Crockford ULID (base32, first character 0-7)"
+            f"{what}: `{excerpt(text)}` is not a 26-character upper-case Crockford ULID (base32, first character 0-7)"
         )
     return text
 
 
 def _prefixed_ulid(text: str, prefix: str, what: str) -> str:
     if not isinstance(text, str) or not text.startswith(prefix):
-        raise InvalidId(f"{what} must look like `{prefix}<ULID>`, got `{text}`")
+        raise InvalidId(f"{what} must look like `{prefix}<ULID>`, got `{excerpt(text)}`")
     _check_ulid(text[len(prefix) :], what)
     return text
 
@@ -61,17 +61,17 @@ class JoinSetId:
 
     def __post_init__(self):
         if self.kind not in JOIN_SET_KINDS:
-            raise InvalidId(f"join set kind must be one of o, n, g; got `{self.kind}`")
+            raise InvalidId(f"join set kind must be one of o, n, g; got `{excerpt(self.kind)}`")
         if not self.name or not _JOIN_SET_NAME_RE.match(self.name):
             raise InvalidId(
-                f"join set name `{self.name}` must be non-empty and contain only letters, digits and `_`, `/`, `-`"
+                f"join set name `{excerpt(self.name)}` must be non-empty and contain only letters, digits and `_`, `/`, `-`"
             )
 
     @classmethod
     def parse(cls, text: str) -> JoinSetId:
         kind, sep, name = str(text).partition(":")
         if not sep:
-            raise InvalidId(f"join set id must look like `<kind>:<name>`, got `{text}`")
+            raise InvalidId(f"join set id must look like `<kind>:<name>`, got `{excerpt(text)}`")
         return cls(kind, name)
 
     def __str__(self) -> str:
@@ -82,7 +82,7 @@ def _parse_segment(segment: str, whole: str) -> tuple[JoinSetId, int]:
     """Parse ``<kind>:<name>_<idx>``, splitting on the last underscore."""
     head, sep, idx = segment.rpartition("_")
     if not sep or not (idx.isascii() and idx.isdigit()) or int(idx) < 1 or idx != str(int(idx)):
-        raise InvalidId(f"`{whole}`: segment `{segment}` must end with `_<index>`, index from 1")
+        raise InvalidId(f"`{excerpt(whole)}`: segment `{excerpt(segment)}` must end with `_<index>`, index from 1")
     return JoinSetId.parse(head), int(idx)
 
 
@@ -102,7 +102,7 @@ class ExecutionId:
         if isinstance(text, ExecutionId):
             return text
         if not isinstance(text, str) or not text.startswith("E_"):
-            raise InvalidId(f"execution id must look like `E_<ULID>`, got `{text}`")
+            raise InvalidId(f"execution id must look like `E_<ULID>`, got `{excerpt(text)}`")
         ulid, *segments = text[2:].split(".")
         _check_ulid(ulid, "execution id")
         return cls(ulid, tuple(_parse_segment(s, text) for s in segments))
@@ -143,10 +143,10 @@ class DelayId:
         if isinstance(text, DelayId):
             return text
         if not isinstance(text, str) or not text.startswith("Delay_"):
-            raise InvalidId(f"delay id must look like `Delay_<ULID>.<kind>:<name>_<idx>`, got `{text}`")
+            raise InvalidId(f"delay id must look like `Delay_<ULID>.<kind>:<name>_<idx>`, got `{excerpt(text)}`")
         owner_text, sep, last = text[len("Delay_") :].rpartition(".")
         if not sep:
-            raise InvalidId(f"delay id `{text}` has no `.<kind>:<name>_<idx>` part")
+            raise InvalidId(f"delay id `{excerpt(text)}` has no `.<kind>:<name>_<idx>` part")
         owner = ExecutionId.parse("E_" + owner_text)
         join_set, idx = _parse_segment(last, text)
         return cls(owner, join_set, idx)
@@ -176,7 +176,7 @@ class FunctionFqn:
         if not match:
             raise InvalidId(
                 f"function name must look like `namespace:pkg/ifc.fn` "
-                f"(optionally `namespace:pkg/ifc@1.0.0.fn`), got `{text}`"
+                f"(optionally `namespace:pkg/ifc@1.0.0.fn`), got `{excerpt(text)}`"
             )
         return cls(**match.groupdict())
 
@@ -215,7 +215,7 @@ def new_deployment_id() -> str:
 
 def parse_content_digest(text: str) -> str:
     if not isinstance(text, str) or not _DIGEST_RE.match(text):
-        raise InvalidId(f"digest must look like `sha256:<64 lower-case hex>`, got `{text}`")
+        raise InvalidId(f"digest must look like `sha256:<64 lower-case hex>`, got `{excerpt(text)}`")
     return text
 
 

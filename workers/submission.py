@@ -1,8 +1,10 @@
 """Submitting executions: validate a call against the function registry, then create it.
 
 Used by the CLI (``manage.py obelisk_submit``) and the REST API. A call that names an
-unknown function or passes arguments that do not match the function's signature is refused
-here, before anything is stored.
+unknown function, passes arguments that do not match the function's signature or cannot be
+stored (NUL characters, lone surrogates, NaN, nesting deeper than ``MAX_JSON_DEPTH``), or
+gives an invalid execution id is refused here, before anything is stored. Messages quote
+user input only through ``errors.excerpt``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from functools import lru_cache
 
-from executions import errors, store
+from executions import conf, errors, store
+from executions.events import check_storable
 from executions.ids import ExecutionId, FunctionFqn
 from workers.registry import ArgumentError, load_components
 
@@ -42,17 +45,32 @@ def submit(
     paused: bool = False,
     metadata: dict[str, str] | None = None,
 ) -> tuple[str, store.CreateOutcome]:
-    """Create a top-level execution of ``ffqn``; returns ``(execution id, outcome)``."""
+    """Create a top-level execution of ``ffqn``; returns ``(execution id, outcome)``.
+
+    ``execution_id=None`` generates one; any other value (also ``""``) must be a valid
+    top-level id.
+    """
     FunctionFqn.parse(ffqn)
+    if execution_id is not None:
+        parsed_id = ExecutionId.parse(execution_id)
+        if not parsed_id.is_top_level:
+            raise errors.InvalidId(
+                f"a submitted execution needs a top-level id `E_<ULID>`, got `{errors.excerpt(execution_id)}`"
+            )
+        execution_id = str(parsed_id)
+    else:
+        execution_id = str(ExecutionId.generate())
     spec = load_components().get(ffqn)
     if spec is None:
         known = ", ".join(sorted(load_components())) or "none"
-        raise UnknownFunction(f"unknown function `{ffqn}`; registered: {known}")
+        raise UnknownFunction(f"unknown function `{errors.excerpt(ffqn)}`; registered: {errors.excerpt(known, 300)}")
+    # Before the registry's validation, which recurses (50,000 nested arrays would be a
+    # RecursionError); the store checks the encoded params again.
+    check_storable(arguments, "arguments", max_depth=conf.get("MAX_JSON_DEPTH"))
     try:
         params = spec.encode_arguments(arguments)
     except ArgumentError as error:
-        raise errors.ValidationFailed(str(error)) from None
-    execution_id = str(ExecutionId.parse(execution_id)) if execution_id else str(ExecutionId.generate())
+        raise errors.ValidationFailed(errors.excerpt(str(error), 500)) from None
     outcome = store.create(
         store.CreateRequest(
             execution_id=execution_id,

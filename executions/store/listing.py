@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from executions import errors
+from executions.events import check_text
 from executions.models import (
     ExecutionState,
 )
@@ -18,6 +19,23 @@ from executions.state_machine import (
 from executions.store.common import _now
 from executions.store.datatypes import STATUS_FILTERS, ExecutionFilter, Page
 
+MAX_FILTER_CHARS = 1024  # longest text filter; the longest column compared (execution_id) has 1024
+MAX_CURSOR_CHARS = 2048
+
+
+def _filter_text(value: object, what: str) -> str:
+    """A text filter must be text that can reach the database: ``ValidationFailed`` for a
+    non-string or an over-long one, ``UnsupportedValue`` for a NUL or a lone surrogate
+    (PostgreSQL cannot take either; the driver would raise mid-query)."""
+    if not isinstance(value, str):
+        raise errors.ValidationFailed(f"{what} must be text, got {type(value).__name__}")
+    if len(value) > MAX_FILTER_CHARS:
+        raise errors.ValidationFailed(
+            f"{what} is {len(value)} characters, more than {MAX_FILTER_CHARS}: `{errors.excerpt(value)}`"
+        )
+    check_text(value, f"{what} `{errors.excerpt(value)}`")
+    return value
+
 
 def encode_cursor(row: ExecutionState) -> str:
     raw = f"{row.created_at.isoformat()}|{row.execution_id}"
@@ -25,12 +43,19 @@ def encode_cursor(row: ExecutionState) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    invalid = errors.ValidationFailed(f"invalid cursor `{errors.excerpt(cursor)}`")
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS or not cursor.isascii():
+        raise invalid
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created_at, execution_id = raw.split("|", 1)
-        return datetime.fromisoformat(created_at), execution_id
-    except (ValueError, UnicodeDecodeError):
-        raise errors.ValidationFailed(f"invalid cursor `{cursor}`") from None
+        at = datetime.fromisoformat(created_at)
+        check_text(execution_id, "cursor")
+    except (ValueError, UnicodeDecodeError, errors.ValidationFailed):
+        raise invalid from None
+    if at.tzinfo is None:  # every cursor we hand out is aware; a naive one cannot be compared
+        raise invalid
+    return at, execution_id
 
 
 def _status_condition(status: str, now: datetime) -> Q:
@@ -57,19 +82,20 @@ def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):
     if not filters.show_derived:
         query = query.filter(is_top_level=True)
     if filters.ffqn_prefix:
-        query = query.filter(ffqn__startswith=filters.ffqn_prefix)
+        query = query.filter(ffqn__startswith=_filter_text(filters.ffqn_prefix, "function prefix"))
     if filters.execution_id_prefix:
-        query = query.filter(execution_id__startswith=filters.execution_id_prefix)
+        query = query.filter(execution_id__startswith=_filter_text(filters.execution_id_prefix, "execution id prefix"))
     if filters.hide_finished:
         query = query.exclude(state=State.FINISHED)
     if filters.deployment_id:
-        query = query.filter(deployment_id=filters.deployment_id)
+        query = query.filter(deployment_id=_filter_text(filters.deployment_id, "deployment id"))
     if filters.component_digest:
-        query = query.filter(component_id_input_digest=filters.component_digest)
+        query = query.filter(component_id_input_digest=_filter_text(filters.component_digest, "component digest"))
     if filters.statuses:
         unknown = set(filters.statuses) - set(STATUS_FILTERS)
         if unknown:
-            raise errors.ValidationFailed(f"unknown status filter(s) {sorted(unknown)}; use {list(STATUS_FILTERS)}")
+            shown = errors.excerpt(", ".join(sorted(map(str, unknown))))
+            raise errors.ValidationFailed(f"unknown status filter(s) {shown}; use {', '.join(STATUS_FILTERS)}")
         condition = Q()
         for status in filters.statuses:
             condition |= _status_condition(status, now)
@@ -91,8 +117,8 @@ def list_executions(
     ``newer_than`` for the previous one. Ordering and cursor use the same key (a deliberate
     fix of spec 000 §12.17).
     """
-    if limit < 1 or limit > 1000:
-        raise errors.ValidationFailed("limit must be between 1 and 1000")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > 1000:
+        raise errors.ValidationFailed(f"limit must be between 1 and 1000, got {errors.excerpt(limit)}")
     if older_than and newer_than:
         raise errors.ValidationFailed("pass older_than or newer_than, not both")
     query = filter_executions(filters, now=now)

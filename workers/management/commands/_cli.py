@@ -1,15 +1,108 @@
-"""Shared output and waiting helpers of the ``obelisk_*`` commands."""
+"""Shared parsing, output, waiting and exit codes of the ``obelisk_*`` commands.
+
+Every failure of a command is ONE line on stderr, ``CommandError: <code>: <text>``, with
+user input rendered by ``errors.excerpt`` (bounded, escaped), and a non-zero exit status;
+a refused command writes nothing. The exit statuses are defined here, once.
+"""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils import timezone
 
 from executions import display, errors, store
+from executions.events import Err, ExecutionFailure, RetVal
 from executions.models import ExecutionState
+
+# Exit statuses (also in every command's --help).
+EXIT_OK = 0  # done; with --wait: the execution finished with an ok value
+EXIT_ERROR = 1  # any other error: bad input, unknown execution, database errors
+EXIT_USAGE = 2  # the command line itself is malformed (unknown option, missing argument)
+EXIT_ERROR_VALUE = 3  # --wait: the execution finished with an error value ({"err": ...})
+EXIT_EXECUTION_FAILURE = 4  # --wait: it finished with an execution failure (timed out, cancelled, ...)
+EXIT_WAIT_TIMED_OUT = 5  # --wait --timeout: the wait ended before the execution finished
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+EXIT_CODES_HELP = (
+    "Exit status: 0 success (with --wait: finished ok); 1 error (bad input, unknown execution, database); "
+    "2 malformed command line; with --wait: 3 finished with an error value, 4 finished with an execution "
+    "failure (timed out, cancelled, uncategorized, nondeterminism), 5 the wait timed out. "
+    "Errors are one line on stderr: `CommandError: <code>: <message>`."
+)
+
+MAX_SECONDS = 100 * 365 * 24 * 3600  # --in and --timeout: at most about 100 years
+MESSAGE_CHARS = 500  # bound of a whole error message (store messages may quote input)
+
+
+def one_line(text: object, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` bounded and on one line (newlines and other control characters escaped)."""
+    return errors.excerpt(str(text), limit)
+
+
+def fail(error: errors.StoreError) -> CommandError:
+    return CommandError(f"{error.code}: {one_line(error)}", returncode=EXIT_ERROR)
+
+
+def invalid(message: str) -> CommandError:
+    """A refused input (``message`` must already render user input with ``excerpt``)."""
+    return CommandError(f"{errors.ValidationFailed.code}: {message}", returncode=EXIT_ERROR)
+
+
+def parse_seconds(text: str | None, option: str) -> float | None:
+    """A command-line duration: a finite number of seconds from 0 to ``MAX_SECONDS``
+    (NaN never ends a wait, infinity and 1e300 overflow dates)."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise invalid(f"{option} must be a number of seconds, got `{errors.excerpt(text)}`") from None
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
+        raise invalid(
+            f"{option} must be a finite number of seconds from 0 to {MAX_SECONDS} (100 years), "
+            f"got `{errors.excerpt(text)}`"
+        )
+    return seconds
+
+
+class ObeliskCommand(BaseCommand):
+    """Base of the ``obelisk_*`` commands: one-line errors and the exit statuses above.
+
+    Store errors become ``<code>: <message>`` (exit 1), database errors ``database_error``
+    (exit 1), argparse errors ``usage_error`` (exit 2) — never a traceback (``--traceback``
+    still shows one).
+    """
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+
+        def error(message):
+            line = f"usage_error: {one_line(message)} (see `{one_line(parser.prog, 100)} --help`)"
+            if parser.called_from_command_line:
+                # Django parses argv outside its CommandError handler: print and exit here.
+                sys.stderr.write(f"CommandError: {line}\n")
+                sys.exit(EXIT_USAGE)
+            raise CommandError(line, returncode=EXIT_USAGE)
+
+        parser.error = error
+        return parser
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except errors.StoreError as error:
+            raise fail(error) from error
+        except DatabaseError as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CommandError(f"database_error: {one_line(first)}", returncode=EXIT_ERROR) from error
+        except KeyboardInterrupt:
+            raise CommandError("interrupted", returncode=EXIT_INTERRUPTED) from None
 
 
 def status_line(state: ExecutionState) -> str:
@@ -26,8 +119,27 @@ def result_line(execution_id: str) -> str:
     return "running" if retval is None else display.describe_retval(retval)
 
 
+def check_result(execution_id: str, retval: RetVal | None = None) -> None:
+    """After ``--wait``: return for an ok value, else raise the ``CommandError`` whose exit
+    status says how the execution finished (3: error value, 4: execution failure)."""
+    if retval is None:
+        retval = store.get_finished_result(execution_id)
+    if isinstance(retval, Err):
+        raise CommandError(f"finished_error: {execution_id} finished with an error value", returncode=EXIT_ERROR_VALUE)
+    if isinstance(retval, ExecutionFailure):
+        raise CommandError(
+            f"finished_failure: {execution_id} finished with an execution failure ({retval.kind})",
+            returncode=EXIT_EXECUTION_FAILURE,
+        )
+    if retval is None:  # cannot happen after a successful wait
+        raise CommandError(f"not_finished: {execution_id} has not finished", returncode=EXIT_ERROR)
+
+
 def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.stderr) -> None:
-    """Wait for the executions to finish, printing their progress every second."""
+    """Wait for the executions to finish, printing their progress every second.
+
+    Raises ``CommandError`` with exit status 5 when ``timeout`` seconds pass first.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = list(execution_ids)
     started = time.monotonic()
@@ -39,20 +151,24 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
         except errors.Timeout:
             states = ExecutionState.objects.filter(pk__in=pending).exclude(state="finished")
             pending = [s.execution_id for s in states]
+            if not pending:
+                break
             elapsed = time.monotonic() - started
-            if pending:
-                what = (
-                    status_line(states[0])
-                    if len(pending) == 1
-                    else f"{len(pending)} of {len(execution_ids)} still running"
-                )
-                if _is_terminal(out):
-                    out.write(f"\r  waiting {elapsed:5.1f}s  {what}\033[K")
-                else:
-                    out.write(f"  waiting {elapsed:5.1f}s  {what}\n")
-                out.flush()
-            if deadline is not None and time.monotonic() >= deadline and pending:
-                raise CommandError(f"timed out with {len(pending)} execution(s) still running") from None
+            if deadline is not None and time.monotonic() >= deadline:
+                if _is_terminal(out) and elapsed >= 1.0:
+                    out.write("\n")
+                raise CommandError(
+                    f"timeout: waited {elapsed:.1f} s, {len(pending)} execution(s) still running",
+                    returncode=EXIT_WAIT_TIMED_OUT,
+                ) from None
+            what = (
+                status_line(states[0]) if len(pending) == 1 else f"{len(pending)} of {len(execution_ids)} still running"
+            )
+            if _is_terminal(out):
+                out.write(f"\r  waiting {elapsed:5.1f}s  {what}\033[K")
+            else:
+                out.write(f"  waiting {elapsed:5.1f}s  {what}\n")
+            out.flush()
     if time.monotonic() - started >= 1.0 and _is_terminal(out):
         out.write("\n")
 
@@ -60,7 +176,3 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
 def _is_terminal(out) -> bool:
     stream = getattr(out, "_out", out)  # Django's OutputWrapper
     return hasattr(stream, "isatty") and stream.isatty()
-
-
-def fail(error: errors.StoreError) -> CommandError:
-    return CommandError(f"{error.code}: {error}")

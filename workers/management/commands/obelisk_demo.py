@@ -7,10 +7,10 @@ import sys
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from executions import display, store
-from workers.management.commands._cli import status_line, wait_with_progress
+from workers.management.commands._cli import ObeliskCommand, parse_seconds, status_line, wait_with_progress
 from workers.submission import submit
 
 SAMPLES = [
@@ -20,15 +20,20 @@ SAMPLES = [
 ]
 
 
-class Command(BaseCommand):
+class Command(ObeliskCommand):
     help = "Start a worker cluster, run the sample activities, print their histories."
 
     def add_arguments(self, parser):
-        parser.add_argument("--timeout", type=float, default=60)
+        parser.add_argument(
+            "--timeout", metavar="SECONDS", default="60", help="give up waiting after this many seconds"
+        )
 
     def handle(self, *args, timeout, **options):
+        timeout = parse_seconds(timeout, "--timeout")
         if "demo.activities" not in settings.OBELISK.get("COMPONENT_MODULES", []):
-            raise CommandError("the demo needs OBELISK_COMPONENT_MODULES to include demo.activities")
+            raise CommandError(
+                "configuration_error: the demo needs OBELISK_COMPONENT_MODULES to include demo.activities"
+            )
         self.stdout.write("Starting a worker cluster (2 worker processes)...")
         cluster = subprocess.Popen(
             [sys.executable, "manage.py", "obelisk_worker", "--workers", "2"],

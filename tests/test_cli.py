@@ -1,0 +1,299 @@
+"""The ``obelisk_*`` commands, run as real processes (``python manage.py ...``) on the test
+database: every bad input is ONE line on stderr (``CommandError: <code>: <text>``, no
+traceback, user input bounded), a non-zero exit status, and no write; ``--wait`` tells how
+an execution finished by its exit status (0 ok, 3 error value, 4 execution failure, 5 the
+wait timed out).
+
+The commands are other processes, so the tests are transactional (they see only committed
+rows). Each process costs about a second of Django start-up: the cases are chosen, not
+enumerated. The store-level validation the commands rely on (listing filters, submission)
+is also checked in-process, where it is cheap.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.core.management.base import CommandError
+
+from executions import errors, store
+from executions.events import Err, ExecutionFailure, Finished, Ok
+from tests import helpers
+from tests.workers_support import BASE_DIR, current_database_url
+from workers.management.commands import _cli
+from workers.submission import submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ADD = "test:acts/basic.add"
+PROCESS_TIMEOUT = 60  # seconds; a safety limit only (a hanging command fails the test)
+MAX_ERROR_LINE = 1000  # an error line quoting a 100 KB input must stay far below its size
+
+
+def run(*argv: str | bytes) -> subprocess.CompletedProcess:
+    """``python manage.py <argv>`` on the current test database; stdout/stderr as bytes."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="obelisk_site.settings",
+        OBELISK_COMPONENT_MODULES="tests.components",
+        DATABASE_URL=current_database_url(),
+        PYTHONUNBUFFERED="1",
+    )
+    return subprocess.run(
+        [sys.executable, "manage.py", *argv],
+        cwd=BASE_DIR,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=PROCESS_TIMEOUT,
+    )
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The process's stderr, which must be exactly one line of valid UTF-8 and no traceback."""
+    text = result.stderr.decode("utf-8")  # strict: a lone surrogate must never reach the terminal
+    assert "Traceback" not in text, text
+    lines = text.splitlines()
+    assert len(lines) == 1, text[:2000]
+    assert len(lines[0]) < MAX_ERROR_LINE, lines[0][:2000]
+    return lines[0]
+
+
+def refused(*argv: str | bytes, code: str, status: int = _cli.EXIT_ERROR) -> str:
+    """The command exits with ``status``, one ``CommandError: <code>: ...`` line on stderr,
+    nothing on stdout, and the execution tables exactly as they were."""
+    before = helpers.db_snapshot()
+    result = run(*argv)
+    line = error_line(result)
+    assert result.returncode == status, (result.returncode, line)
+    assert line.startswith(f"CommandError: {code}: "), line
+    assert result.stdout == b""
+    assert helpers.db_snapshot() == before
+    return line
+
+
+@pytest.fixture
+def pending():
+    """A pending execution, so the tables are not empty when a refusal must leave them unchanged."""
+    return helpers.create(ADD, [1, 2])
+
+
+def finished(retval) -> str:
+    """An execution finished with ``retval`` by the run holding its lock (fenced)."""
+    execution_id = helpers.create(ADD, [1, 2])
+    locked = helpers.lock(execution_id)
+    store.append(execution_id, locked.next_version, Finished(retval=retval), fence=locked.fence)
+    return execution_id
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input: one line, non-zero exit, nothing written (subprocesses)
+# ---------------------------------------------------------------------------------------
+
+
+def test_submit_refuses_a_nul_character_in_the_arguments_without_writing(pending):
+    """PostgreSQL text cannot hold U+0000 (a DataError traceback before); SQLite must agree."""
+    line = refused("obelisk_submit", ADD, '["a\\u0000b", 1]', code="unsupported_value")
+    assert "NUL" in line
+
+
+def test_submit_refuses_arguments_nested_50000_deep_without_a_recursion_error(pending):
+    """``json.loads`` recurses: deep nesting is refused, not a RecursionError traceback."""
+    refused("obelisk_submit", ADD, "[" * 50_000 + "]" * 50_000, code="validation_failed")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "-1"])
+def test_submit_refuses_a_schedule_that_is_not_a_finite_sane_number_of_seconds(pending, value):
+    """``--in`` NaN/infinity/1e300 overflowed dates (ValueError/OverflowError); negative made
+    no sense. It must be 0 to 100 years."""
+    line = refused("obelisk_submit", ADD, "[1, 2]", "--in", value, code="validation_failed")
+    assert f"`{value}`" in line
+
+
+def test_list_refuses_a_function_prefix_that_is_not_valid_unicode(pending):
+    """A non-UTF-8 byte in argv becomes a lone surrogate (UnicodeEncodeError in the driver before)."""
+    line = refused("obelisk_list", "--function", b"py:\xff", code="unsupported_value")
+    assert "\\udcff" in line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_status_refuses_a_wait_timeout_that_is_not_a_finite_sane_number_of_seconds(pending, value):
+    """``--timeout nan`` waited forever (no deadline ever passes); negative and infinite
+    timeouts are refused too. ``PROCESS_TIMEOUT`` turns a hang into a failure."""
+    refused("obelisk_status", pending, "--wait", "--timeout", value, code="validation_failed")
+
+
+def test_submit_refuses_an_empty_execution_id_instead_of_generating_one(pending):
+    """``--id ''`` used to exit 0 with a generated id: an explicit id must be valid."""
+    refused("obelisk_submit", ADD, "[1, 2]", "--id", "", code="invalid_id")
+
+
+def test_error_messages_quote_a_100_kb_input_as_a_bounded_excerpt(pending):
+    """A 100 KB id or function name gives an error line of bounded length that says how
+    long the input was."""
+    line = refused("obelisk_status", "E_" + "A" * 100_000, code="invalid_id")
+    assert "100000 characters" in line
+    line = refused("obelisk_submit", "x" * 100_000, code="invalid_id")
+    assert "100000 characters" in line
+
+
+def test_a_malformed_command_line_is_one_usage_line_with_status_2(pending):
+    """argparse's own errors (usage text plus message) become one line too."""
+    refused("obelisk_submit", ADD, "[1, 2]", "--no-such-option", code="usage_error", status=_cli.EXIT_USAGE)
+
+
+# ---------------------------------------------------------------------------------------
+# --wait: the exit status says how the execution finished (subprocesses)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retval", "status", "code"),
+    [
+        (Ok(3), _cli.EXIT_OK, None),
+        (Err({"code": "E42"}), _cli.EXIT_ERROR_VALUE, "finished_error"),
+        (ExecutionFailure("timed_out", "timed out after 1 s"), _cli.EXIT_EXECUTION_FAILURE, "finished_failure"),
+        (ExecutionFailure("cancelled", "cancelled"), _cli.EXIT_EXECUTION_FAILURE, "finished_failure"),
+    ],
+    ids=["ok", "error-value", "timed-out", "cancelled"],
+)
+def test_status_wait_exit_status_says_how_the_execution_finished(retval, status, code):
+    """Scripts branch on the exit status: 0 ok, 3 an error value, 4 an execution failure;
+    the result is still printed on stdout."""
+    execution_id = finished(retval)
+    result = run("obelisk_status", execution_id, "--wait", "--timeout", "30")
+    assert result.returncode == status, result.stderr.decode(errors="replace")
+    assert "result: " in result.stdout.decode()
+    if code is None:
+        assert result.stderr == b""
+    else:
+        line = error_line(result)
+        assert line.startswith(f"CommandError: {code}: {execution_id} "), line
+
+
+def test_status_wait_that_times_out_exits_5_and_writes_nothing(pending):
+    """A wait that ends before the execution finishes is status 5, distinct from failures."""
+    refused("obelisk_status", pending, "--wait", "--timeout", "0.5", code="timeout", status=_cli.EXIT_WAIT_TIMED_OUT)
+
+
+def test_submit_wait_exit_status_says_how_the_execution_finished():
+    """``obelisk_submit --wait`` uses the same statuses: resubmitting an execution that
+    finished with an error value (idempotent, same id) exits 3 without writing."""
+    execution_id, _ = submit(ADD, [1, 2])
+    locked = helpers.lock(execution_id)
+    store.append(execution_id, locked.next_version, Finished(retval=Err("no")), fence=locked.fence)
+    before = helpers.db_snapshot()
+    result = run("obelisk_submit", ADD, "[1, 2]", "--id", execution_id, "--wait", "--timeout", "30")
+    assert result.returncode == _cli.EXIT_ERROR_VALUE, result.stderr.decode(errors="replace")
+    assert error_line(result).startswith(f"CommandError: finished_error: {execution_id} ")
+    assert result.stdout.decode().startswith(f"{execution_id} (already existed)\n")
+    assert helpers.db_snapshot() == before
+
+
+def test_submit_wait_that_times_out_exits_5_after_submitting():
+    """Without a worker the submitted execution stays pending: status 5, its id on stdout."""
+    result = run("obelisk_submit", ADD, "[1, 2]", "--wait", "--timeout", "0.5")
+    assert result.returncode == _cli.EXIT_WAIT_TIMED_OUT, result.stderr.decode(errors="replace")
+    assert error_line(result).startswith("CommandError: timeout: ")
+    execution_id = result.stdout.decode().splitlines()[0]
+    assert store.get_state(execution_id).state == "pending_at"
+
+
+def test_help_lists_the_exit_statuses():
+    """The statuses are documented where users look: every command's --help."""
+    from workers.management.commands import obelisk_status, obelisk_submit
+
+    for module in (obelisk_status, obelisk_submit):
+        text = " ".join(module.Command().create_parser("manage.py", "cmd").format_help().split())
+        assert "3 finished with an error value" in text
+        assert "5 the wait timed out" in text
+
+
+# ---------------------------------------------------------------------------------------
+# The validation behind the commands (in-process)
+# ---------------------------------------------------------------------------------------
+
+
+def store_refuses(error_type, call):
+    """``call()`` raises exactly ``error_type``, with a bounded one-line message, and writes nothing."""
+    before = helpers.db_snapshot()
+    with pytest.raises(errors.StoreError) as info:
+        call()
+    assert type(info.value) is error_type, f"{type(info.value).__name__}: {info.value}"
+    message = str(info.value)
+    assert "\n" not in message and len(message) < MAX_ERROR_LINE, message[:2000]
+    assert helpers.db_snapshot() == before
+    return info.value
+
+
+@pytest.mark.parametrize("field", ["ffqn_prefix", "execution_id_prefix"])
+def test_listing_refuses_filter_text_the_database_cannot_compare(pending, field):
+    """NUL and lone surrogates cannot be sent to PostgreSQL (the driver raised mid-query);
+    over-long prefixes cannot match any column: typed errors on both databases."""
+
+    def listing(value):
+        return lambda: store.list_executions(store.ExecutionFilter(**{field: value}))
+
+    store_refuses(errors.UnsupportedValue, listing("E_\x00"))
+    store_refuses(errors.UnsupportedValue, listing("E_\udcff"))
+    store_refuses(errors.ValidationFailed, listing("E_" + "A" * 100_000))
+
+
+def test_listing_refuses_malformed_cursors_with_a_bounded_message(pending):
+    """A cursor is opaque to users, so anything that is not one of ours is ``ValidationFailed``:
+    non-ASCII, not base64, NUL in the id, a naive timestamp, 100 KB of junk."""
+
+    def cursor(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    for bad in [
+        "\udcff",
+        "!!!",
+        cursor(b"2030-01-01T00:00:00+00:00|E_\x00"),
+        cursor(b"2030-01-01T00:00:00|E_x"),
+        cursor(b"no separator"),
+        "A" * 100_000,
+    ]:
+        store_refuses(errors.ValidationFailed, lambda bad=bad: store.list_executions(older_than=bad))
+    other = helpers.create(ADD, [3, 4])
+    newest = store.list_executions(limit=1)
+    # A cursor the store hands out is accepted (an aware timestamp on both databases).
+    older = store.list_executions(older_than=newest.older_cursor)
+    assert sorted(s.execution_id for s in newest.items + older.items) == sorted([pending, other])
+
+
+def test_submission_refuses_unstorable_arguments_and_invalid_ids_before_the_store(pending):
+    """``workers.submission.submit`` (CLI and API) refuses what cannot be stored, iteratively
+    (no RecursionError for deep nesting), and any explicit id that is not a top-level id."""
+    deep: list = []
+    for _ in range(50_000):
+        deep = [deep]
+    store_refuses(errors.UnsupportedValue, lambda: submit(ADD, [deep, 1]))
+    store_refuses(errors.UnsupportedValue, lambda: submit(ADD, ["a\x00b", 1]))
+    store_refuses(errors.UnsupportedValue, lambda: submit(ADD, {"a": "\ud800", "b": 1}))
+    store_refuses(errors.UnsupportedValue, lambda: submit(ADD, [float("nan"), 1]))
+    store_refuses(errors.InvalidId, lambda: submit(ADD, [1, 2], execution_id=""))
+    store_refuses(errors.InvalidId, lambda: submit(ADD, [1, 2], execution_id="E_" + "A" * 100_000))
+    child = f"{pending}.n:js_1"
+    store_refuses(errors.InvalidId, lambda: submit(ADD, [1, 2], execution_id=child))
+    error = store_refuses(errors.ValidationFailed, lambda: submit(ADD, {"x" * 100_000: 1, "a": 1, "b": 2}))
+    assert "unknown argument" in str(error)
+
+
+def test_parse_seconds_accepts_exactly_finite_durations_up_to_100_years():
+    """The bound of ``--in`` and ``--timeout``: 0 and 100 years pass, anything else is refused."""
+    assert _cli.parse_seconds("0", "--in") == 0
+    assert _cli.parse_seconds("0.5", "--in") == 0.5
+    assert _cli.parse_seconds(str(_cli.MAX_SECONDS), "--in") == _cli.MAX_SECONDS
+    assert _cli.parse_seconds(None, "--in") is None
+    assert timedelta(seconds=_cli.MAX_SECONDS) < timedelta(days=365 * 101)
+    for bad in ["nan", "-nan", "inf", "-inf", "1e300", "-0.001", str(_cli.MAX_SECONDS + 1), "", "x" * 100_000]:
+        with pytest.raises(CommandError) as info:
+            _cli.parse_seconds(bad, "--in")
+        assert str(info.value).startswith("validation_failed: --in must be"), bad
+        assert len(str(info.value)) < MAX_ERROR_LINE
