@@ -60,9 +60,7 @@ class Outage:
     def recovered(self) -> None:
         """Record a successful database call (cheap when there was no outage)."""
         if self.started is not None:
-            self.logger.info(
-                "database available again (%s) after %.1f s", self.what, time.monotonic() - self.started
-            )
+            self.logger.info("database available again (%s) after %.1f s", self.what, time.monotonic() - self.started)
             self.started = None
             self.ended = time.monotonic()
 

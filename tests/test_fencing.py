@@ -123,7 +123,9 @@ def test_lock_renewal_appends_no_event_and_keeps_the_version():
     execution_id = helpers.create(now=T0)
     holder = helpers.lock(execution_id, now=T0)
     for seconds in range(1, 50):
-        store.extend_lock(execution_id, holder.fence, T0 + timedelta(seconds=seconds + 10), now=T0 + timedelta(seconds=seconds))
+        store.extend_lock(
+            execution_id, holder.fence, T0 + timedelta(seconds=seconds + 10), now=T0 + timedelta(seconds=seconds)
+        )
     state = store.get_state(execution_id)
     assert helpers.event_variants(execution_id) == ["created", "locked"]
     assert (state.corresponding_version, state.pending_expires_finished) == (1, T0 + timedelta(seconds=59))

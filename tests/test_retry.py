@@ -172,9 +172,7 @@ def test_expired_cancelling_lock_finishes_cancelled(max_retries):
 
 def test_expired_cancelling_workflow_with_running_children_is_unlocked_not_finished():
     """Decision 14 / D26: a cancelling workflow ends only after its children."""
-    lock = dataclasses.replace(
-        expired(max_retries=None, next_version=7, lifecycle="cancelling"), children_running=True
-    )
+    lock = dataclasses.replace(expired(max_retries=None, next_version=7, lifecycle="cancelling"), children_running=True)
     event = on_lock_expired(lock, T0)
     assert isinstance(event, Unlocked) and "waiting for its children" in event.reason
 

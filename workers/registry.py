@@ -1,14 +1,6 @@
-"""The authoring API for activities and the registry of functions.
+"""The registry of functions: their names, typed signatures and components.
 
-::
-
-    from workers import ActivityError, activity
-
-    @activity(max_retries=3, backoff=timedelta(seconds=1), timeout=timedelta(seconds=5))
-    def greet(name: str) -> str:
-        return f"Hello, {name}!"
-
-An activity is registered under an Obelisk function name: ``name=`` if given, otherwise
+The decorators that fill it are the authoring API (``workers/activity.py``). An activity is registered under an Obelisk function name: ``name=`` if given, otherwise
 ``py:<package>/<module path>.<function>`` (``demo.activities.greet`` →
 ``py:demo/activities.greet``). Parameters and the return value are typed by the function's
 annotations and validated with pydantic: at submission (a wrong call is refused before it
@@ -38,20 +30,6 @@ DEFAULT_MAX_RETRIES = 5
 DEFAULT_BACKOFF = timedelta(milliseconds=100)
 DEFAULT_TIMEOUT = timedelta(seconds=60)
 DEFAULT_LOCK_DURATION = timedelta(seconds=10)
-
-
-class ActivityError(Exception):
-    """Raise from an activity to return an error *value* (``{"err": value}``).
-
-    Retried like any failure while retries remain (``retryable=False`` finishes at once);
-    the last attempt's value is the execution's result, so a parent can tell it apart from
-    a crash (``execution_failure``).
-    """
-
-    def __init__(self, value: Any = None, *, retryable: bool = True):
-        super().__init__(value)
-        self.value = value
-        self.retryable = retryable
 
 
 class RegistrationError(Exception):
@@ -191,37 +169,17 @@ def default_ffqn(fn: Callable) -> str:
     return f"py:{package}/{interface}.{fn.__name__}"
 
 
-def activity(
-    fn: Callable | None = None,
-    *,
-    name: str | None = None,
-    max_retries: int | None = DEFAULT_MAX_RETRIES,
-    backoff: timedelta = DEFAULT_BACKOFF,
-    timeout: timedelta = DEFAULT_TIMEOUT,
-    lock_duration: timedelta = DEFAULT_LOCK_DURATION,
-):
-    """Register ``fn`` as an activity; usable bare (``@activity``) or with options.
-
-    ``max_retries`` None retries forever; the n-th retry waits ``backoff * 2^(n-1)``.
-    ``timeout`` bounds one attempt (the attempt is stopped, then retried as a timeout);
-    ``lock_duration`` is how long a worker holds the execution between lock extensions.
-    """
-
-    def register(target: Callable) -> ActivityFunction:
-        spec = _build(target, name, max_retries, backoff, timeout, lock_duration)
-        existing = _FUNCTIONS.get(spec.ffqn)
-        if existing is not None and existing.fn.__qualname__ != target.__qualname__:
-            raise RegistrationError(
-                f"`{spec.ffqn}` is already registered by {existing.module}.{existing.fn.__qualname__}"
-            )
-        _FUNCTIONS[spec.ffqn] = spec
-        functools.update_wrapper(spec, target)
-        return spec
-
-    return register(fn) if fn is not None else register
+def register(spec: ActivityFunction) -> ActivityFunction:
+    """Add a function to the registry; the same name twice must be the same function."""
+    existing = _FUNCTIONS.get(spec.ffqn)
+    if existing is not None and existing.fn.__qualname__ != spec.fn.__qualname__:
+        raise RegistrationError(f"`{spec.ffqn}` is already registered by {existing.module}.{existing.fn.__qualname__}")
+    _FUNCTIONS[spec.ffqn] = spec
+    functools.update_wrapper(spec, spec.fn)
+    return spec
 
 
-def _build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFunction:
+def build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFunction:
     ffqn = name or default_ffqn(fn)
     try:
         ffqn = str(FunctionFqn.parse(ffqn))

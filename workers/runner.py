@@ -25,7 +25,6 @@ writes can land.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import signal
@@ -33,8 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import connection
@@ -47,7 +45,8 @@ from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
 from workers import shutdown
-from workers.registry import ActivityError, ActivityFunction, ArgumentError
+from workers.activity import ActivityContext, ActivityError, running
+from workers.registry import ActivityFunction, ArgumentError
 
 logger = logging.getLogger("obelisk.runner")
 
@@ -73,27 +72,6 @@ class ActivityLockLost(ActivityInterrupt):
 
 class ActivityShutdown(ActivityInterrupt):
     """The worker is stopping and the activity outlived the shutdown grace period."""
-
-
-@dataclass(frozen=True)
-class ActivityContext:
-    """What a running activity may know about itself (``workers.current_activity()``)."""
-
-    execution_id: str
-    ffqn: str
-    attempt: int
-    run_id: str
-    deadline: datetime
-
-
-_CONTEXT: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar("obelisk_activity", default=None)
-
-
-def current_activity() -> ActivityContext:
-    context = _CONTEXT.get()
-    if context is None:
-        raise RuntimeError("not inside a running activity")
-    return context
 
 
 class WatchedRun:
@@ -356,8 +334,7 @@ def run_activity(
         run_id=locked.fence.run_id,
         deadline=timezone.now() + spec.timeout,
     )
-    token = _CONTEXT.set(context)
-    try:
+    with running(context):
         try:
             watchdog.begin(run, flush_if_slow=flush_if_slow, hand_back_if_long=hand_back_if_long)
             try:
@@ -379,8 +356,6 @@ def run_activity(
             event = Finished(retval=ExecutionFailure("uncategorized", str(error)))
         except Exception as error:
             event = _failure_outcome(error)
-    finally:
-        _CONTEXT.reset(token)
     return item(event)
 
 

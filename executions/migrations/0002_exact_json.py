@@ -6,15 +6,14 @@ import executions.models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('executions', '0001_initial'),
+        ("executions", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='executionevent',
-            name='json_value',
+            model_name="executionevent",
+            name="json_value",
             field=executions.models.ExactJSONField(),
         ),
     ]

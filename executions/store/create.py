@@ -119,9 +119,7 @@ def _existing_versions(ids: list[str]) -> dict[str, tuple[Created, int]]:
 
 def _require_same_call(execution_id: str, existing: Created, created: Created) -> None:
     if existing.ffqn != created.ffqn or canonical_json(existing.params) != canonical_json(created.params):
-        raise errors.Conflict(
-            f"execution `{execution_id}` already exists with a different function or parameters"
-        )
+        raise errors.Conflict(f"execution `{execution_id}` already exists with a different function or parameters")
 
 
 def _existing_create(execution_id: str, created: Created, error: IntegrityError) -> CreateOutcome:
