@@ -108,7 +108,7 @@ STATIC_ROOT = VAR_DIR / "static"
 # so the cache lives in the database. ``workers``' migration creates its table.
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "BACKEND": "workers.cache.ResilientDatabaseCache",
         "LOCATION": "obelisk_cache",
     }
 }
@@ -118,7 +118,7 @@ CACHES = {
 # ---------------------------------------------------------------------------------------
 OBELISK = {
     # Modules that register activities (imported by workers, the CLI and the API).
-    "COMPONENT_MODULES": os.environ.get("OBELISK_COMPONENT_MODULES", "demo.activities").split(","),
+    "COMPONENT_MODULES": os.environ.get("OBELISK_COMPONENT_MODULES", "demo.activities,demo.workflows").split(","),
     # How long a stopping worker lets running executions finish before handing them back.
     "SHUTDOWN_GRACE": timedelta(seconds=float(os.environ.get("OBELISK_SHUTDOWN_GRACE_SECONDS", "20"))),
 }
