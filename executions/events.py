@@ -233,9 +233,14 @@ class JoinNextTooMany(Record):
 
 
 class Schedule(Record):
+    """A new top-level execution the workflow scheduled. ``target_ffqn`` and ``params``
+    (decision 16, beyond spec 000 §3.2) make changing what is scheduled nondeterminism."""
+
     type: Literal["schedule"] = "schedule"
     execution_id: str
     schedule_at: Any = "now"
+    target_ffqn: str | None = None
+    params: list[Any] | None = None
     result: Any = {"Ok": None}
 
 

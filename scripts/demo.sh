@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 setup_venv
-export OBELISK_COMPONENT_MODULES="${OBELISK_COMPONENT_MODULES:-demo.activities}"
+export OBELISK_COMPONENT_MODULES="${OBELISK_COMPONENT_MODULES:-demo.activities,demo.workflows}"
 python manage.py migrate -v0
 python manage.py obelisk_demo "$@"

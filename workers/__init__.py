@@ -2,9 +2,10 @@
 
 The authoring API imports no worker runtime and no Django (safe to import anywhere)::
 
-    from workers import activity, ActivityError, current_activity
+    from workers import activity, ActivityError, current_activity, workflow
 """
 
 from workers.activity import ActivityError, activity, current_activity
+from workers.workflow import WorkflowContext, workflow
 
-__all__ = ["activity", "ActivityError", "current_activity"]
+__all__ = ["activity", "ActivityError", "current_activity", "workflow", "WorkflowContext"]

@@ -31,6 +31,7 @@ from executions.state_machine import Lifecycle
 from workers import shutdown
 from workers.registry import ActivityFunction
 from workers.runner import Watchdog, renew_before_start, run_activity
+from workers.workflow_runner import WorkflowPool
 
 logger = logging.getLogger("obelisk.executor")
 
@@ -63,10 +64,13 @@ class ActivityExecutor:
         self.functions = functions
         self.deployment_id = deployment_id
         self.executor_id = new_executor_id()  # new per process: a restarted worker is a new incarnation
-        self.terms = {
+        terms = {
             ffqn: store.LockTerms(spec.component_id, spec.retry_config, spec.lock_duration)
             for ffqn, spec in functions.items()
         }
+        self.terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].component_type != "workflow"}
+        self.workflow_terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].component_type == "workflow"}
+        self.workflows = WorkflowPool()
         self.max_batch = max_batch
         self.batch_size = max(1, min(8, max_batch))
         self.target_batch_seconds = target_batch_seconds
@@ -102,6 +106,7 @@ class ActivityExecutor:
             if self._listener is None:
                 self._listener = notify.Listener([notify.PENDING])
             while time.monotonic() < deadline and not shutdown.stopping():
+                started = self._start_workflows()
                 batch = store.lock_pending(
                     self.terms,
                     limit=self.batch_size,
@@ -117,17 +122,38 @@ class ActivityExecutor:
                     done += len(batch)
                     idle_until = time.monotonic() + linger
                     continue
+                if started:
+                    done += started
+                    idle_until = time.monotonic() + linger
+                    continue
                 if not self._wait_for_work(idle_until):
                     break
         except DATABASE_ERRORS as error:
             time.sleep(self._outage.failed(error))
         return done
 
+    def _start_workflows(self) -> int:
+        """Claim due workflows, as many as the pool has room for, and start a run of each
+        in a thread of its own (``workers.workflow_runner``): an awaiting workflow holds a
+        thread, never this process's activities."""
+        if not self.workflow_terms or (room := self.workflows.free()) <= 0:
+            return 0
+        claimed = store.lock_pending(
+            self.workflow_terms,
+            limit=room,
+            executor_id=self.executor_id,
+            run_id=new_run_id(),
+            deployment_id=self.deployment_id,
+        )
+        for locked in claimed:
+            self.workflows.start(locked, self.functions[locked.ffqn], self.deployment_id)
+        return len(claimed)
+
     def _wait_for_work(self, until: float) -> bool:
         """Wait for a served function's work to become due; False when ``until`` passed."""
         while (timeout := until - time.monotonic()) > 0 and not shutdown.stopping():
             for note in self._listener.wait(timeout):
-                if note.channel == notify.PENDING and self.terms.keys() & set(note.items):
+                if note.channel == notify.PENDING and (self.terms.keys() | self.workflow_terms.keys()) & set(note.items):
                     return True
             if not notify.is_postgres():
                 return True  # no LISTEN: each poll interval is worth a claim attempt

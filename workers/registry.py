@@ -66,6 +66,7 @@ class ActivityFunction:
     lock_duration: timedelta
     module: str
     component_type: str = "activity"
+    blocking: str = "await"  # workflows: how a run waits for a response ("await" or "interrupt")
     _component: ComponentId | None = field(default=None, repr=False)
 
     @property
@@ -75,7 +76,7 @@ class ActivityFunction:
     @property
     def component_id(self) -> ComponentId:
         if self._component is None:
-            self._component = component_of_module(self.module)
+            self._component = component_of_module(self.module, self.component_type)
         return self._component
 
     def __call__(self, *args, **kwargs):
@@ -133,6 +134,13 @@ class ActivityFunction:
         checked = _validate(self.returns, value, "return value", self.ffqn)
         return self.returns.dump_python(checked, mode="json")
 
+    def decode_result(self, value: Any) -> Any:
+        """A stored JSON return value → the Python value the caller expects (a workflow
+        receiving a child's result)."""
+        if self.return_annotation is inspect.Signature.empty:
+            return value
+        return _validate(self.returns, value, "return value", self.ffqn, strict_json=True)
+
     def describe(self) -> dict:
         """The function's entry in its component's ``exports_json``."""
         return {
@@ -179,7 +187,11 @@ def register(spec: ActivityFunction) -> ActivityFunction:
     return spec
 
 
-def build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFunction:
+def build(
+    fn, name, max_retries, backoff, timeout, lock_duration, *, component_type: str = "activity", blocking="await"
+) -> ActivityFunction:
+    """A registered function from its signature. A workflow's first parameter is its context
+    (``WorkflowContext``), not an argument of the call."""
     ffqn = name or default_ffqn(fn)
     try:
         ffqn = str(FunctionFqn.parse(ffqn))
@@ -191,10 +203,17 @@ def build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFun
         if not isinstance(value, timedelta) or value <= timedelta(0):
             raise RegistrationError(f"{ffqn}: {what} must be a positive timedelta")
     if inspect.iscoroutinefunction(fn):
-        raise RegistrationError(f"{ffqn}: async activities are not supported yet; use a plain function")
+        raise RegistrationError(f"{ffqn}: async functions are not supported yet; use a plain function")
     signature = inspect.signature(fn)
+    declared = list(signature.parameters.values())
+    if component_type == "workflow":
+        if not declared:
+            raise RegistrationError(f"{ffqn}: a workflow takes its context as the first parameter")
+        declared = declared[1:]
+    if blocking not in ("await", "interrupt"):
+        raise RegistrationError(f"{ffqn}: blocking must be 'await' or 'interrupt', not {blocking!r}")
     parameters = []
-    for p in signature.parameters.values():
+    for p in declared:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
             raise RegistrationError(
                 f"{ffqn}: parameter `{p.name}` must be positional (no *args, **kwargs or keyword-only)"
@@ -213,7 +232,14 @@ def build(fn, name, max_retries, backoff, timeout, lock_duration) -> ActivityFun
         timeout=timeout,
         lock_duration=lock_duration,
         module=fn.__module__,
+        component_type=component_type,
+        blocking=blocking,
     )
+
+
+def lookup(ffqn: str) -> ActivityFunction | None:
+    """The registered function of that name, if this process imported it."""
+    return _FUNCTIONS.get(ffqn)
 
 
 def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunction]:
@@ -229,7 +255,8 @@ def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunct
 
 
 @functools.cache
-def component_of_module(module: str) -> ComponentId:
+def component_of_module(module: str, component_type: str = "activity") -> ComponentId:
     """A module's component: its name and the digest of its source."""
     source = inspect.getsource(sys.modules[module]).encode()
-    return ComponentId(component_type="activity", name=module, component_digest=content_digest(source))
+    name = module if component_type == "activity" else f"{module}:{component_type}"
+    return ComponentId(component_type=component_type, name=name, component_digest=content_digest(source))

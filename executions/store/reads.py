@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from executions import errors, notify
 from executions.events import (
@@ -160,6 +160,22 @@ def _responses_of(
             )
         )
     return out
+
+
+def get_tree(execution_id: str) -> list[tuple[ExecutionState, RetVal | None]]:
+    """An execution and every execution started in its join sets, at any depth, each with
+    its result (None while it runs), in id order (a parent before its children)."""
+    execution_id = _eid(execution_id)
+    with _snapshot():
+        rows = list(
+            ExecutionState.objects.filter(Q(pk=execution_id) | Q(execution_id__startswith=execution_id + ".")).order_by(
+                "execution_id"
+            )
+        )
+        if not rows:
+            raise errors.NotFound(f"execution `{execution_id}` not found")
+        results = get_finished_results([row.execution_id for row in rows if row.is_finished])
+    return [(row, results.get(row.execution_id)) for row in rows]
 
 
 def get_finished_result(execution_id: str) -> RetVal | None:

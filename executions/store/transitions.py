@@ -474,6 +474,8 @@ def _validate_history_event(row: ExecutionState, event) -> None:
             )
     elif isinstance(event, Schedule):
         _eid(event.execution_id)
+        if event.target_ffqn is not None:
+            FunctionFqn.parse(event.target_ffqn)
 
 
 def _apply_upgrade(row: ExecutionState, event: ComponentUpgradeFinished) -> set[str]:

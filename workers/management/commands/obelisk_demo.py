@@ -17,6 +17,11 @@ SAMPLES = [
     ("py:demo/activities.greet", ["world"], "succeeds at once"),
     ("py:demo/activities.flaky", [2], "fails twice, then succeeds (back-off 0.5 s, 1 s)"),
     ("py:demo/activities.slow", [5], "runs past its 1 s timeout: stopped, retried once, finished as timed out"),
+    (
+        "py:demo/workflows.welcome_team",
+        [["Ada", "Grace", "Linus"]],
+        "a workflow: fans out 3 activities in a join set, sleeps 1 s on a durable timer, calls a child workflow",
+    ),
 ]
 
 
@@ -30,9 +35,11 @@ class Command(ObeliskCommand):
 
     def handle(self, *args, timeout, **options):
         timeout = parse_seconds(timeout, "--timeout")
-        if "demo.activities" not in settings.OBELISK.get("COMPONENT_MODULES", []):
+        modules = settings.OBELISK.get("COMPONENT_MODULES", [])
+        if "demo.activities" not in modules or "demo.workflows" not in modules:
             raise CommandError(
-                "configuration_error: the demo needs OBELISK_COMPONENT_MODULES to include demo.activities"
+                "configuration_error: the demo needs OBELISK_COMPONENT_MODULES to include demo.activities "
+                "and demo.workflows"
             )
         self.stdout.write("Starting a worker cluster (2 worker processes)...")
         cluster = subprocess.Popen(
@@ -56,12 +63,15 @@ class Command(ObeliskCommand):
                 cluster.wait(20)
             except subprocess.TimeoutExpired:
                 cluster.kill()
-        for execution_id in ids:
+        for execution_id in ids[:-1]:
             log = store.get(execution_id)
             self.stdout.write("")
             self.stdout.write(status_line(log.state))
             for line in display.format_history(log):
                 self.stdout.write(line)
+        self.stdout.write("\nThe workflow's tree of executions (child results and timings):")
+        for line in display.format_tree(ids[-1]):
+            self.stdout.write(line)
         self._console_hint()
 
     def _console_hint(self):

@@ -1,0 +1,275 @@
+"""The authoring API of workflows: ``@workflow`` and the ``WorkflowContext`` it receives.
+
+::
+
+    from datetime import timedelta
+    from workers import workflow
+
+    @workflow
+    def order(ctx, customer: str, items: list[str]) -> dict:
+        with ctx.join_set() as js:                      # structured concurrency
+            for item in items:
+                js.submit(reserve, customer, item)      # activities (or child workflows)
+            reserved = [js.await_next(reserve)[1] for _ in items]
+        ctx.sleep(timedelta(minutes=5))                 # a durable timer
+        receipt = ctx.call(charge, customer, len(items))  # submit and wait for one child
+        return {"reserved": reserved, "receipt": receipt}
+
+A workflow is a plain function replayed from its event log after any crash or restart
+(spec 002): every call on ``ctx`` is recorded on the first run and answered from the log on
+the next. So a workflow must be deterministic: the same calls in the same order with the
+same arguments. Side effects belong in activities; time and randomness come from ``ctx``
+(``ctx.now()``, ``ctx.random_u64()``, ``ctx.random_string()``, ``ctx.uuid()``), and the
+standard ones raise inside workflow code (``workers.determinism``).
+
+This module imports no worker runtime and no Django. The runtime (``workers.workflow_runner``)
+builds the context around one run's ``replay.EventHistory``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid as _uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from executions.events import Err, Ok, RetVal
+from workers import determinism
+from workers.registry import ActivityFunction, ArgumentError, build, lookup, register
+from workers.replay import (
+    AllProcessed,
+    ChildFailed,
+    DelayCancelled,
+    EventHistory,
+    FunctionMismatch,
+    ImportedFunctionCallError,
+    InvalidJoinSetName,
+    JoinSetConflict,
+    NotFoundInProcessedResponses,
+    StubConflict,
+    WorkflowError,
+    WorkflowSignal,
+)
+
+__all__ = [
+    "AllProcessed",
+    "ChildFailed",
+    "DelayCancelled",
+    "FunctionMismatch",
+    "InvalidJoinSetName",
+    "JoinSet",
+    "JoinSetConflict",
+    "NotFoundInProcessedResponses",
+    "StubConflict",
+    "WorkflowContext",
+    "WorkflowError",
+    "workflow",
+]
+
+DEFAULT_WORKFLOW_LOCK = timedelta(seconds=30)
+NO_TIMEOUT = timedelta(days=365)  # a workflow run is bounded by its lock, not a timeout
+logger = logging.getLogger("obelisk.workflow")
+
+Function = ActivityFunction | str
+
+
+def workflow(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    blocking: str = "await",
+    lock_duration: timedelta = DEFAULT_WORKFLOW_LOCK,
+):
+    """Register ``fn(ctx, *args)`` as a workflow; usable bare (``@workflow``) or with options.
+
+    ``blocking``: ``"await"`` (the default, decision 10) keeps a run waiting in place for a
+    child's or timer's response until its lock's deadline; ``"interrupt"`` ends the run at
+    every wait, and the response starts a new run that replays. Both give the same results.
+    Workflows are retried without limit after a lost worker, never after their own failure.
+    """
+
+    def decorate(target: Callable) -> ActivityFunction:
+        spec = build(
+            target, name, None, timedelta(0), NO_TIMEOUT, lock_duration, component_type="workflow", blocking=blocking
+        )
+        module = sys.modules.get(target.__module__)
+        if module is not None:
+            determinism.guard_module(module)
+        return register(spec)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+class WorkflowContext:
+    """What a running workflow can do: every method is a recorded, replayed host call."""
+
+    def __init__(self, history: EventHistory, execution_id: str):
+        self._history = history
+        self.execution_id = execution_id
+        self.log = _ReplayAwareLogger(logger, history, execution_id)
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the run replays recorded events (logs are demoted then, §2.15)."""
+        return self._history.is_replaying
+
+    # -- join sets ---------------------------------------------------------------------------
+
+    def join_set(self, name: str | None = None) -> JoinSet:
+        """A new join set: generated (``g:<n>``) or named (``n:<name>``; a taken or invalid
+        name raises ``JoinSetConflict`` / ``InvalidJoinSetName``, recording nothing). Use it
+        as ``with ctx.join_set() as js:``; leaving the block closes it (§5.1): unawaited
+        activities and delays are cancelled, child workflows are awaited."""
+        return JoinSet(self, str(self._history.create_join_set(name)))
+
+    def get(self, fn: Function, child_id: str) -> RetVal:
+        """The result of a child whose response was already consumed (``-get``, §2.7)."""
+        spec, ffqn = _resolve(fn)
+        return _typed(spec, self._history.get(ffqn, child_id))
+
+    # -- one-off calls -----------------------------------------------------------------------
+
+    def call(self, fn: Function, *args: Any) -> Any:
+        """Run ``fn`` as a child and wait for it; returns its value. An error value or a
+        failure of the child (timed out, cancelled, nondeterminism, …) raises
+        ``ChildFailed`` with ``retval`` (``Err`` or ``ExecutionFailure``): a typed outcome the
+        workflow may catch, not a crash of its own."""
+        spec, ffqn = _resolve(fn)
+        try:
+            value = self._history.call(ffqn, _params(spec, args), _component_type(spec))
+        except ChildFailed as failure:
+            raise ChildFailed(failure.child_id, _typed(spec, failure.retval)) from None
+        return _decode(spec, value)
+
+    def invoke(self, fn: Function, *args: Any, label: str) -> tuple[str, RetVal]:
+        """Like ``call`` in a one-off join set named after ``label``; returns
+        ``(child id, Ok | Err | ExecutionFailure)`` instead of raising."""
+        spec, ffqn = _resolve(fn)
+        child_id, retval = self._history.invoke(label, ffqn, _params(spec, args), _component_type(spec))
+        return str(child_id), _typed(spec, retval)
+
+    def sleep(self, duration_or_until: timedelta | datetime) -> datetime:
+        """A durable timer: returns when it fires (its expiry, the same on every replay);
+        ``DelayCancelled`` if the delay was cancelled."""
+        return self._history.sleep(duration_or_until)
+
+    def schedule(self, fn: Function, *args: Any, at: timedelta | datetime | None = None) -> str:
+        """Start ``fn`` as a new top-level execution now or ``at`` a time; fire and forget."""
+        spec, ffqn = _resolve(fn)
+        return str(self._history.schedule(ffqn, _params(spec, args), at))
+
+    def stub(self, fn: Function, child_id: str, value: Any = None, *, error: bool = False) -> None:
+        """Supply the result of a child (normally an activity stub); ``StubConflict`` if it
+        already finished with another value."""
+        _, ffqn = _resolve(fn)
+        self._history.stub(ffqn, child_id, Err(value) if error else Ok(value))
+
+    # -- deterministic values ----------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The time, recorded on the first run and replayed after (decision 4)."""
+        return self._history.now()
+
+    def random_u64(self, low: int, high_exclusive: int) -> int:
+        return self._history.random_u64(low, high_exclusive)
+
+    def random_string(self, min_length: int, max_length_exclusive: int) -> str:
+        return self._history.random_string(min_length, max_length_exclusive)
+
+    def uuid(self) -> _uuid.UUID:
+        """A version-4 UUID from two recorded 64-bit draws."""
+        high = self._history.random_u64_inclusive(0, 2**64 - 1)
+        low = self._history.random_u64_inclusive(0, 2**64 - 1)
+        return _uuid.UUID(int=(high << 64) | low, version=4)
+
+
+class JoinSet:
+    """A join set of a running workflow (structured concurrency, spec 002 §2)."""
+
+    def __init__(self, ctx: WorkflowContext, join_set_id: str):
+        self._ctx = ctx
+        self.id = join_set_id
+
+    def __enter__(self) -> JoinSet:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # An interrupt or a fatal error unwinds without more host calls (§8.1); an ordinary
+        # exception closes the join set like a normal exit (decision 3).
+        if exc is not None and isinstance(exc, WorkflowSignal):
+            return
+        if self.id in self._ctx._history.open_join_sets():
+            self.close()
+
+    def submit(self, fn: Function, *args: Any) -> str:
+        """Start ``fn`` (an activity or a child workflow) in this join set; its child id."""
+        spec, ffqn = _resolve(fn)
+        return str(self._ctx._history.submit(self.id, ffqn, _params(spec, args), _component_type(spec)))
+
+    def submit_delay(self, duration_or_until: timedelta | datetime) -> str:
+        """A durable timer in this join set; its response is ok when it fires."""
+        return str(self._ctx._history.submit_delay(self.id, duration_or_until))
+
+    def join_next(self) -> tuple[str, bool]:
+        """Wait for the next response: ``(child or delay id, ok)``; ``AllProcessed`` when
+        everything submitted was awaited."""
+        response_id, ok = self._ctx._history.join_next(self.id)
+        return str(response_id), ok
+
+    def await_next(self, fn: Function) -> tuple[str, RetVal]:
+        """Wait for the next response, a child of ``fn``: ``(child id, Ok | Err |
+        ExecutionFailure)``; ``FunctionMismatch`` if it was another's (it is consumed)."""
+        spec, ffqn = _resolve(fn)
+        child_id, retval = self._ctx._history.await_next(self.id, ffqn)
+        return str(child_id), _typed(spec, retval)
+
+    def close(self) -> None:
+        self._ctx._history.close_join_set(self.id)
+
+
+class _ReplayAwareLogger(logging.LoggerAdapter):
+    """Workflow logging: while replaying, records are demoted to DEBUG and marked
+    ``(replay)``, so a replay does not repeat what the first run logged (§2.15)."""
+
+    def __init__(self, base: logging.Logger, history: EventHistory, execution_id: str):
+        super().__init__(base, {"execution_id": execution_id})
+        self._history = history
+
+    def log(self, level, msg, *args, **kwargs):
+        if self._history.is_replaying:
+            level, msg = logging.DEBUG, f"(replay) {msg}"
+        super().log(level, msg, *args, **kwargs)
+
+
+def _resolve(fn: Function) -> tuple[ActivityFunction | None, str]:
+    if isinstance(fn, ActivityFunction):
+        return fn, fn.ffqn
+    if isinstance(fn, str):
+        return lookup(fn), fn
+    raise ImportedFunctionCallError(repr(fn), "a function is a registered @activity/@workflow or its name")
+
+
+def _component_type(spec: ActivityFunction | None) -> str:
+    return spec.component_type if spec is not None else "activity"
+
+
+def _params(spec: ActivityFunction | None, args: tuple) -> list:
+    if spec is None:
+        return list(args)
+    try:
+        return spec.encode_arguments(list(args))
+    except ArgumentError as error:
+        raise ImportedFunctionCallError(spec.ffqn, str(error)) from None
+
+
+def _decode(spec: ActivityFunction | None, value: Any) -> Any:
+    if spec is None:
+        return value
+    return spec.decode_result(value)
+
+
+def _typed(spec: ActivityFunction | None, retval: RetVal) -> RetVal:
+    """An ``Ok`` value decoded with the function's return type; errors as they are."""
+    return Ok(_decode(spec, retval.value)) if isinstance(retval, Ok) else retval

@@ -1,0 +1,269 @@
+"""Run one locked workflow execution: the store I/O around the pure replay core.
+
+``replay.EventHistory`` decides what every host call means (spec 002 §3); this module
+supplies its ports, backed by ``executions.store``:
+
+- ``StoreWriter``: new history events (and the children or scheduled executions they
+  create) in one fenced transaction each (``append_batch_create_new_execution``);
+- ``StoreWaiter``: Await (decision 10) — the run waits in place for the next responses,
+  woken by ``obelisk_response`` (LISTEN/NOTIFY on PostgreSQL, polling on SQLite), until its
+  lock's deadline minus a leeway; then the run interrupts and a later response starts a new
+  run that replays (decision 5). A stopping worker stops waiting at once;
+- ``StoreCanceller``: closing a join set cancels unawaited activities and delays (§5.1);
+- ``StoreLease``: at the start of a host call close to the lock's expiry, the lock is
+  renewed (a heartbeat while ``locked``; a ``Locked`` event by the same run when a resolved
+  wait left the row pending, spec 000 §10 keep-warm).
+
+``run_workflow`` then calls the function with its ``WorkflowContext``, finalizes (closes the
+open join sets, checks that nothing recorded was left unreplayed) and appends ``Finished``
+with the run's fence. The run executes in a thread of the worker process (``workers.
+executor``), so one process keeps many awaiting workflows without starving activities.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from executions import errors, notify, store
+from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, Ok, Unlocked
+from executions.ids import ExecutionId
+from workers import determinism, shutdown
+from workers.activity import ActivityError
+from workers.registry import ActivityFunction, ArgumentError, lookup
+from workers.replay import (
+    EventHistory,
+    FatalWorkflowError,
+    NewExecution,
+    WorkflowInterrupt,
+    WorkflowSignal,
+    WriteFailed,
+)
+from workers.workflow import WorkflowContext
+
+logger = logging.getLogger("obelisk.workflow")
+
+LEEWAY_FRACTION = 0.2  # an Await wait ends this share of the lock duration before it expires
+BATCH_SIZE = 100  # buffered non-blocking events per transaction under Await (§3.6)
+
+
+class StoreWriter:
+    """``Writer``: fenced appends of history events with the executions they create."""
+
+    def __init__(self, locked: store.LockedExecution, deployment_id: str):
+        self.locked = locked
+        self.deployment_id = deployment_id
+
+    def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
+        store.append_batch_create_new_execution(
+            self.locked.execution_id,
+            version,
+            [HistoryEventRecord(event=event) for event in events],
+            [self._create_request(new) for new in creates],
+            fence=self.locked.fence,
+        )
+
+    def _create_request(self, new: NewExecution) -> store.CreateRequest:
+        spec = lookup(new.ffqn)
+        if spec is None:
+            raise errors.NotFound(f"function `{new.ffqn}` is not registered in this worker")
+        return store.CreateRequest(
+            execution_id=new.execution_id,
+            ffqn=new.ffqn,
+            params=new.params,
+            component_id=spec.component_id,
+            deployment_id=self.deployment_id,
+            scheduled_at=new.scheduled_at,
+            parent=new.parent,
+            scheduled_by=new.scheduled_by,
+        )
+
+    def stub(self, ffqn: str, target: ExecutionId, retval) -> bool:
+        created = store.get_created(str(target))
+        if created.ffqn != ffqn:
+            raise errors.ValidationFailed(f"`{target}` runs {created.ffqn}, not {ffqn}")
+        try:
+            store.upsert_stub_response(str(target), retval)
+        except errors.StubConflict:
+            return False
+        return True
+
+
+class StoreWaiter:
+    """``Waiter`` (Await): block until new responses arrive or the lock's deadline."""
+
+    def __init__(self, execution_id: str, lease: StoreLease):
+        self.execution_id = execution_id
+        self.lease = lease
+
+    def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
+        with notify.Listener([notify.RESPONSE]) as listener:
+            while True:
+                responses, _ = store.list_responses(self.execution_id, after_seq=after_seq, limit=None)
+                if responses:
+                    return responses
+                remaining = self.lease.deadline() - time.monotonic()
+                if remaining <= 0 or shutdown.stopping():
+                    return []
+                listener.wait(min(remaining, 1.0))
+
+
+class StoreCanceller:
+    """``Canceller``: best effort; the store's outcomes make a repeat harmless."""
+
+    def cancel_activity(self, child_id: ExecutionId) -> None:
+        store.cancel(str(child_id))
+
+    def cancel_delay(self, delay_id) -> None:
+        try:
+            store.append_delay_response(str(delay_id), False)
+        except errors.NotFound:
+            pass  # fired and delivered already
+
+
+class StoreLease:
+    """``Lease``: the run's lock, renewed at host calls that find it close to expiry."""
+
+    def __init__(self, locked: store.LockedExecution, spec: ActivityFunction):
+        self.locked = locked
+        self.spec = spec
+        self.lock_expires_at: datetime = locked.locked.lock_expires_at
+        self.history: EventHistory | None = None
+
+    def deadline(self) -> float:
+        """Monotonic time at which the run must stop waiting (expiry minus the leeway)."""
+        leeway = self.spec.lock_duration.total_seconds() * LEEWAY_FRACTION
+        return time.monotonic() + (self.lock_expires_at - timezone.now()).total_seconds() - leeway
+
+    def extend_if_close(self) -> None:
+        if (self.lock_expires_at - timezone.now()) > self.spec.lock_duration / 3:
+            return
+        expires = timezone.now() + self.spec.lock_duration
+        try:
+            store.extend_lock(self.locked.execution_id, self.locked.fence, expires)
+        except errors.IllegalState:  # a resolved wait left the row pending: lock it again
+            self.history.reserve_versions(0)  # flush the buffer first
+            version = self.history.next_version
+            store.lock_one(
+                self.locked.execution_id,
+                version,
+                store.LockTerms(self.spec.component_id, self.spec.retry_config, self.spec.lock_duration),
+                executor_id=self.locked.locked.executor_id,
+                run_id=self.locked.fence.run_id,
+                deployment_id=self.locked.deployment_id,
+            )
+            self.history.reserve_versions(1)
+            expires = store.get_state(self.locked.execution_id).pending_expires_finished
+        self.lock_expires_at = expires
+
+
+def run_workflow(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
+    """One run of a workflow, from the start of the function to its end or interruption."""
+    try:
+        _run(locked, spec, deployment_id)
+    except Exception:
+        logger.exception("workflow run of %s failed; its lock expires and it runs again", locked.execution_id)
+    finally:
+        connection.close()  # runs live in pool threads: no idle connection per thread
+
+
+def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
+    lease = StoreLease(locked, spec)
+    waiter = StoreWaiter(locked.execution_id, lease) if spec.blocking == "await" else None
+    history = EventHistory(
+        locked.execution_id,
+        locked.history or [],
+        locked.responses or [],
+        next_version=locked.next_version,
+        writer=StoreWriter(locked, deployment_id),
+        waiter=waiter,
+        canceller=StoreCanceller(),
+        lease=lease,
+        batch_size=BATCH_SIZE if waiter is not None else 0,
+    )
+    lease.history = history
+    ctx = WorkflowContext(history, locked.execution_id)
+    outcome = _call(spec, ctx, locked)
+    try:
+        history.finalize()
+    except WorkflowInterrupt:
+        _release_if_locked(locked, "interrupted while locked: worker is stopping")
+        return
+    except WriteFailed as failed:
+        logger.warning("%s: %s; its lock expires and it runs again", locked.execution_id, failed)
+        return
+    except FatalWorkflowError as fatal:
+        outcome = Finished(retval=fatal.failure())
+    if outcome is None:  # the function was interrupted, and finalize had nothing to add
+        return
+    try:
+        store.append(locked.execution_id, None, outcome, fence=locked.fence)
+    except errors.ValidationFailed as refused:  # an unstorable result fails this execution only
+        failure = ExecutionFailure("uncategorized", f"result rejected: {refused}")
+        store.append(locked.execution_id, None, Finished(retval=failure), fence=locked.fence)
+
+
+def _call(spec: ActivityFunction, ctx: WorkflowContext, locked: store.LockedExecution) -> Event | None:
+    """The function's own outcome; None when a workflow signal ended it (``finalize`` then
+    re-raises that signal)."""
+    try:
+        args = spec.decode_arguments(locked.params)
+    except ArgumentError as error:
+        return Finished(retval=ExecutionFailure("uncategorized", f"parameters do not match: {error}"))
+    try:
+        with determinism.guarding():
+            value = spec.fn(ctx, *args)
+        return Finished(retval=Ok(spec.encode_result(value)))
+    except WorkflowSignal:
+        return None
+    except ActivityError as error:  # a returned error value
+        return Finished(retval=Err(error.value))
+    except ArgumentError as error:
+        return Finished(retval=ExecutionFailure("uncategorized", str(error)))
+    except Exception as error:  # a trap: the join sets are closed all the same (decision 3)
+        reason = f"workflow trap: {type(error).__name__}: {error}"
+        return Finished(retval=ExecutionFailure("uncategorized", reason, "".join(traceback.format_exception(error))))
+
+
+def _release_if_locked(locked: store.LockedExecution, reason: str) -> None:
+    """An interrupted run whose row is still locked (it was not waiting on a join set)
+    hands it back, so the next run starts at once instead of after the lock expires."""
+    try:
+        store.append(locked.execution_id, None, Unlocked(unlocked_at=timezone.now(), reason=reason), fence=locked.fence)
+    except errors.StoreError:
+        pass  # blocked on a join set (the usual interrupt), finished, or the lock is gone
+
+
+class WorkflowPool:
+    """The worker process's workflow runs, each in a thread of its own (at most ``size``)."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._running: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def free(self) -> int:
+        with self._lock:
+            self._running = {thread for thread in self._running if thread.is_alive()}
+            return self.size - len(self._running)
+
+    def start(self, locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
+        thread = threading.Thread(
+            target=run_workflow, args=(locked, spec, deployment_id), name=f"workflow {locked.execution_id}", daemon=True
+        )
+        with self._lock:
+            self._running.add(thread)
+        thread.start()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in list(self._running):
+            thread.join(max(0.0, deadline - time.monotonic()))
