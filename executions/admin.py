@@ -9,7 +9,7 @@ from django.utils.html import format_html
 
 from executions import display, errors, store
 from executions.events import event_from_json, retval_from_json
-from executions.models import Delay, ExecutionEvent, ExecutionState, JoinSetResponse, LogEntry
+from executions.models import Delay, ExecutionBacktrace, ExecutionEvent, ExecutionState, JoinSetResponse, LogEntry
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -55,6 +55,39 @@ class ResponseInline(ReadOnlyInline):
     ordering = ("seq",)
 
 
+class LogInline(ReadOnlyInline):
+    """What the execution's runs logged and printed (``t_log``)."""
+
+    model = LogEntry
+    fields = ("created_at", "run_id", "level", "text")
+    readonly_fields = fields
+    ordering = ("id",)
+    verbose_name_plural = "logs"
+
+    @admin.display(description="message")
+    def text(self, obj):
+        if obj.message is not None:
+            return obj.message
+        return f"[{display.STREAMS.get(obj.stream_type, 'stream')}] " + bytes(obj.payload).decode("utf-8", "replace")
+
+
+class BacktraceInline(ReadOnlyInline):
+    """Where a workflow's code was when it wrote each blocking call (``t_backtrace``)."""
+
+    model = ExecutionBacktrace
+    fields = ("version_min_including", "version_max_excluding", "stack")
+    readonly_fields = fields
+    ordering = ("version_min_including",)
+    verbose_name_plural = "backtraces"
+
+    @admin.display(description="stack (innermost last)")
+    def stack(self, obj):
+        lines = [
+            f"{frame['file']}:{frame['line']} in {frame['function']}: {frame['code']}" for frame in obj.backtrace.frames
+        ]
+        return format_html("<pre>{}</pre>", "\n".join(lines))
+
+
 @admin.register(ExecutionState)
 class ExecutionStateAdmin(ReadOnlyAdmin):
     list_display = (
@@ -70,7 +103,7 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
     search_fields = ("execution_id", "ffqn")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    inlines = [EventInline, ResponseInline]
+    inlines = [EventInline, ResponseInline, LogInline, BacktraceInline]
     actions = ["cancel", "pause", "resume"]
     list_per_page = 50
 

@@ -84,3 +84,21 @@ def format_tree(execution_id: str) -> list[str]:
             took = f"{(state.pending_expires_finished - state.created_at).total_seconds() * 1000:8.1f} ms  "
         lines.append(f"{'  ' * (depth + 1)}{took}{state.execution_id.rsplit('.', 1)[-1]}  {state.ffqn}  {outcome}")
     return lines
+
+
+LOG_LEVELS = {1: "TRACE", 2: "DEBUG", 3: "INFO", 4: "WARN", 5: "ERROR"}
+STREAMS = {1: "stdout", 2: "stderr"}
+
+
+def format_logs(entries) -> list[str]:
+    """``t_log`` rows → lines: time, run, level or stream, text."""
+    lines = []
+    for entry in entries:
+        if entry.level is not None:
+            what, text = LOG_LEVELS.get(entry.level, str(entry.level)), entry.message
+        else:
+            what, text = STREAMS.get(entry.stream_type, "stream"), bytes(entry.payload).decode("utf-8", "replace")
+        for i, part in enumerate(text.rstrip("\n").splitlines() or [""]):
+            prefix = f"  {_time(entry.created_at)}  {entry.run_id}  {what:<6}" if i == 0 else " " * 50
+            lines.append(f"{prefix} {part}")
+    return lines

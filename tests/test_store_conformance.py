@@ -1012,7 +1012,7 @@ def test_cancel_requested_for_a_pending_execution():
     assert event_variants(execution_id) == ["created", "cancellation_requested"]
     state = row(execution_id)
     assert (state.state, state.lifecycle, state.corresponding_version) == ("pending_at", "cancelling", 1)
-    assert store.get_cancelling() == [execution_id]
+    assert store.get_cancelling() == [(execution_id, "activity")]
     with unchanged():
         assert lock_pending(at(100)) == []
         assert store.cancel(execution_id, now=at(2)) == store.CancelOutcome.ALREADY_CANCELLING
@@ -1090,8 +1090,8 @@ def test_get_cancelling_lists_cancelling_ids_oldest_first():
     store.cancel(ids[2], now=at(10))
     store.cancel(ids[0], now=at(11))
     store.cancel(ids[3], now=at(12))
-    assert store.get_cancelling() == [ids[0], ids[2], ids[3]]
-    assert store.get_cancelling(limit=2) == [ids[0], ids[2]]
+    assert [i for i, _ in store.get_cancelling()] == [ids[0], ids[2], ids[3]]
+    assert [i for i, _ in store.get_cancelling(limit=2)] == [ids[0], ids[2]]
 
 
 # ---------------------------------------------------------------------------------------

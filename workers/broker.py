@@ -58,6 +58,7 @@ class ExecutionBroker(ORM):
     def _reset(self) -> None:
         self._listener: notify.Listener | None = None
         self._outage = Outage(logger, "broker")
+        self._stat_outage = Outage(logger, "cluster statistics")
         self._served: frozenset[str] = frozenset()
         self._last_claim = 0.0
         self._new_work = False
@@ -98,6 +99,17 @@ class ExecutionBroker(ORM):
             elif note.channel == notify.TIMER:
                 self._recheck_at = 0.0
         return None
+
+    def set_stat(self, key: str, value: str, timeout: int):
+        """Cluster statistics (saved by the sentinel every guard cycle): a database outage
+        is logged once, not every half second (django-q2 would log each failure)."""
+        try:
+            result = super().set_stat(key, value, timeout)
+        except DATABASE_ERRORS as error:
+            self._stat_outage.failed(error)
+            return None
+        self._stat_outage.recovered()
+        return result
 
     def ping(self) -> bool:
         """Called by django-q2's sentinel before it forks the pool: from here on the

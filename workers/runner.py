@@ -46,6 +46,7 @@ from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
 from workers import shutdown
 from workers.activity import ActivityContext, ActivityError, running
+from workers.capture import capturing
 from workers.registry import ActivityFunction, ArgumentError
 
 logger = logging.getLogger("obelisk.runner")
@@ -334,7 +335,7 @@ def run_activity(
         run_id=locked.fence.run_id,
         deadline=timezone.now() + spec.timeout,
     )
-    with running(context):
+    with running(context), capturing(locked.execution_id, locked.fence.run_id):
         try:
             watchdog.begin(run, flush_if_slow=flush_if_slow, hand_back_if_long=hand_back_if_long)
             try:

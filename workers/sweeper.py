@@ -59,8 +59,10 @@ def sweep(now: datetime | None = None, *, limit: int = 500, expire_locks: bool =
                 report.expired_locks += 1
         except errors.StoreError as error:
             logger.warning("expired lock of %s: %s", lock.execution_id, error)
-    for execution_id in store.get_cancelling(limit=limit):
+    for execution_id, component_type in store.get_cancelling(limit=limit):
         try:
+            if component_type == "workflow":  # decision 14: its children are cancelled first
+                store.cancel_children(execution_id, now=now)
             if store.finish_cancelled(execution_id, now=now):
                 report.cancelled += 1
         except errors.StoreError as error:
@@ -108,6 +110,8 @@ class SweeperThread(threading.Thread):
             listener.close()
 
     def _may_expire_locks(self) -> bool:
+        if self._outage.ongoing:  # the first pass after an outage: the workers renew first
+            return False
         if self._outage.ended is None:
             return True
         return time.monotonic() - self._outage.ended >= conf.get("OUTAGE_LOCK_GRACE").total_seconds()

@@ -23,21 +23,24 @@ executor``), so one process keeps many awaiting workflows without starving activ
 from __future__ import annotations
 
 import logging
+import sysconfig
 import threading
 import time
 import traceback
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
 from executions import errors, notify, store
-from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, Ok, Unlocked
+from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Ok, Unlocked
 from executions.ids import ExecutionId
 from workers import determinism, shutdown
 from workers.activity import ActivityError
+from workers.capture import capturing
 from workers.registry import ActivityFunction, ArgumentError, lookup
 from workers.replay import (
     EventHistory,
@@ -50,6 +53,11 @@ from workers.replay import (
 from workers.workflow import WorkflowContext
 
 logger = logging.getLogger("obelisk.workflow")
+# Frames from these are the engine's (and Python's), not the workflow's own code.
+_ENGINE_PATHS = tuple(
+    {str(Path(__file__).resolve().parent.parent / "workers"), str(Path(__file__).resolve().parent.parent / "executions")}
+    | {path for path in sysconfig.get_paths().values()}
+)
 
 LEEWAY_FRACTION = 0.2  # an Await wait ends this share of the lock duration before it expires
 BATCH_SIZE = 100  # buffered non-blocking events per transaction under Await (§3.6)
@@ -70,6 +78,24 @@ class StoreWriter:
             [self._create_request(new) for new in creates],
             fence=self.locked.fence,
         )
+        if any(isinstance(event, JoinNext) for event in events):
+            self._record_backtrace(version, version + len(events))
+
+    def _record_backtrace(self, low: int, high: int) -> None:
+        """Where the workflow's code blocked: its own frames of the current stack, stored
+        deduplicated for the console (``t_backtrace``). Best effort."""
+        frames = [
+            {"file": frame.filename, "line": frame.lineno, "function": frame.name, "code": frame.line or ""}
+            for frame in traceback.extract_stack()
+            if not frame.filename.startswith(_ENGINE_PATHS)
+        ]
+        if not frames:
+            return
+        try:
+            component = self.locked.locked.component_id.model_dump(mode="json")
+            store.append_backtrace(self.locked.execution_id, component, low, high, frames)
+        except Exception as error:
+            logger.warning("backtrace of %s not stored: %s", self.locked.execution_id, error)
 
     def _create_request(self, new: NewExecution) -> store.CreateRequest:
         spec = lookup(new.ffqn)
@@ -105,15 +131,20 @@ class StoreWaiter:
         self.lease = lease
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
-        with notify.Listener([notify.RESPONSE]) as listener:
+        """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
+        when the execution is being cancelled: the driver takes over (decision 14)."""
+        with notify.Listener([notify.RESPONSE, notify.CANCEL]) as listener:
             while True:
                 responses, _ = store.list_responses(self.execution_id, after_seq=after_seq, limit=None)
                 if responses:
                     return responses
                 remaining = self.lease.deadline() - time.monotonic()
-                if remaining <= 0 or shutdown.stopping():
+                if remaining <= 0 or shutdown.stopping() or self._cancelling():
                     return []
                 listener.wait(min(remaining, 1.0))
+
+    def _cancelling(self) -> bool:
+        return store.get_state(self.execution_id).lifecycle == "cancelling"
 
 
 class StoreCanceller:
@@ -191,7 +222,14 @@ def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: s
     )
     lease.history = history
     ctx = WorkflowContext(history, locked.execution_id)
-    outcome = _call(spec, ctx, locked)
+    with capturing(locked.execution_id, locked.fence.run_id, lambda: history.is_replaying):
+        outcome = _call(spec, ctx, locked)
+        _finish(locked, history, outcome)
+
+
+def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None) -> None:
+    """Finalize (close the open join sets, check the replay was complete), then append the
+    outcome with the run's fence."""
     try:
         history.finalize()
     except WorkflowInterrupt:

@@ -45,6 +45,7 @@ from executions.store.datatypes import (
 )
 from executions.store.lifecycle import (
     cancel,
+    cancel_children,
     finish_cancelled,
     get_cancelling,
     pause_execution,
@@ -54,6 +55,7 @@ from executions.store.lifecycle import (
 from executions.store.listing import decode_cursor, encode_cursor, filter_executions, list_executions
 from executions.store.locking import extend_lock, lock_one, lock_pending
 from executions.store.reads import (
+    append_backtrace,
     append_logs,
     get,
     get_created,
@@ -63,6 +65,7 @@ from executions.store.reads import (
     get_last_event,
     get_state,
     get_tree,
+    list_backtraces,
     list_events,
     list_logs,
     list_responses,
@@ -90,6 +93,7 @@ __all__ = [
     "Response",
     "STATUS_FILTERS",
     "append",
+    "append_backtrace",
     "append_batch",
     "append_batch_create_new_execution",
     "append_delay_response",
@@ -97,6 +101,7 @@ __all__ = [
     "append_many",
     "append_response_for_test",
     "cancel",
+    "cancel_children",
     "create",
     "create_many",
     "decode_cursor",
@@ -116,6 +121,7 @@ __all__ = [
     "get_last_event",
     "get_state",
     "get_tree",
+    "list_backtraces",
     "list_events",
     "list_executions",
     "list_logs",

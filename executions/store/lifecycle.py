@@ -87,11 +87,12 @@ def cancel(execution_id: str, *, now: datetime | None = None) -> CancelOutcome:
     return CancelOutcome.REQUESTED
 
 
-def get_cancelling(*, limit: int = 100) -> list[str]:
+def get_cancelling(*, limit: int = 100) -> list[tuple[str, str]]:
+    """``(execution id, component type)`` of executions being cancelled, oldest first."""
     return list(
         ExecutionState.objects.filter(lifecycle=Lifecycle.CANCELLING)
         .order_by("created_at")
-        .values_list("execution_id", flat=True)[:limit]
+        .values_list("execution_id", "component_type")[:limit]
     )
 
 
@@ -120,6 +121,28 @@ def finish_cancelled(
         _append_in_tx(row, version or row.corresponding_version + 1, Finished(retval=retval), now, fence, notes)
         notes.publish()
     return True
+
+
+def cancel_children(execution_id: str, *, now: datetime | None = None) -> int:
+    """The cancellation driver's first step for a cancelling workflow (decision 14): request
+    cancellation of every unfinished execution started in its join sets, at any depth. Each
+    is then finished by the driver in turn (an activity at once, or by its run; a child
+    workflow after its own children); the workflow itself finishes once all have. Returns
+    how many were asked."""
+    now = _now(now)
+    execution_id = _eid(execution_id)
+    descendants = list(
+        ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
+        .exclude(state=State.FINISHED)
+        .exclude(lifecycle=Lifecycle.CANCELLING)
+        .order_by("execution_id")
+        .values_list("execution_id", flat=True)
+    )
+    asked = 0
+    for descendant in descendants:
+        if cancel(descendant, now=now) is CancelOutcome.REQUESTED:
+            asked += 1
+    return asked
 
 
 def upsert_stub_response(execution_id: str, retval: RetVal, *, now: datetime | None = None) -> bool:

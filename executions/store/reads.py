@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db import transaction
 from django.db.models import Max, Q
 
 from executions import errors, notify
@@ -15,9 +17,13 @@ from executions.events import (
     Finished,
     HistoryEventRecord,
     RetVal,
+    canonical_json,
     retval_from_json,
+    storable_text,
 )
 from executions.models import (
+    Backtrace,
+    ExecutionBacktrace,
     ExecutionEvent,
     ExecutionState,
     JoinSetResponse,
@@ -27,15 +33,58 @@ from executions.store.common import _eid, _record, _snapshot
 from executions.store.datatypes import EventRecord, ExecutionLog, Response
 
 
-def append_logs(execution_id: str, run_id: str, entries: Iterable[tuple[datetime, int, str]]) -> int:
-    """Store log records of a run (``(created_at, level 1-5, message)``)."""
+def append_logs(
+    execution_id: str,
+    run_id: str,
+    entries: Iterable[tuple[datetime, int, str]] = (),
+    streams: Iterable[tuple[datetime, int, bytes]] = (),
+) -> int:
+    """Store what a run logged: records ``(created_at, level 1-5, message)`` and chunks of
+    its std streams ``(created_at, 1 stdout | 2 stderr, bytes)``, in one transaction.
+    Fire-and-forget like upstream's: no fence (a late run's logs are still its logs), and
+    text is made storable (NUL, lone surrogates escaped) rather than refused."""
+    execution_id = _eid(execution_id)
     rows = [
-        LogEntry(execution_id=execution_id, run_id=run_id, created_at=at, level=level, message=message)
+        LogEntry(
+            execution_id=execution_id, run_id=run_id, created_at=at, level=level, message=storable_text(message)
+        )
         for at, level, message in entries
+    ] + [
+        LogEntry(execution_id=execution_id, run_id=run_id, created_at=at, stream_type=stream, payload=payload)
+        for at, stream, payload in streams
     ]
     if rows:
         LogEntry.objects.bulk_create(rows)
     return len(rows)
+
+
+def append_backtrace(
+    execution_id: str, component_id: dict, version_min_including: int, version_max_excluding: int, frames: list
+) -> str:
+    """Store the stack that wrote events ``[min, max)`` (a workflow's blocking call),
+    deduplicated by its hash (spec 000 §2.5, §3.6); returns the hash. Best effort."""
+    execution_id = _eid(execution_id)
+    digest = "01" + hashlib.sha256(canonical_json(frames).encode()).hexdigest()
+    with transaction.atomic():
+        Backtrace.objects.get_or_create(backtrace_hash=digest, defaults={"frames": frames})
+        ExecutionBacktrace.objects.get_or_create(
+            execution_id=execution_id,
+            version_min_including=version_min_including,
+            version_max_excluding=version_max_excluding,
+            defaults={"component_id": component_id, "backtrace_id": digest},
+        )
+    return digest
+
+
+def list_backtraces(execution_id: str) -> list[tuple[int, int, list]]:
+    """``(version_min_including, version_max_excluding, frames)`` of an execution, in order."""
+    execution_id = _eid(execution_id)
+    rows = (
+        ExecutionBacktrace.objects.filter(execution_id=execution_id)
+        .order_by("version_min_including")
+        .values_list("version_min_including", "version_max_excluding", "backtrace__frames")
+    )
+    return [(low, high, frames) for low, high, frames in rows]
 
 
 def list_logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list[LogEntry]:

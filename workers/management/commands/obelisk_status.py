@@ -20,8 +20,10 @@ class Command(ObeliskCommand):
         parser.add_argument("--wait", action="store_true", help="wait until it finishes")
         parser.add_argument("--timeout", metavar="SECONDS", help="with --wait: give up after this many seconds")
         parser.add_argument("--history", action="store_true", help="print every event and response")
+        parser.add_argument("--logs", action="store_true", help="print what its runs logged and printed")
+        parser.add_argument("--tree", action="store_true", help="print its child executions with their outcomes")
 
-    def handle(self, *args, execution_id, wait, timeout, history, **options):
+    def handle(self, *args, execution_id, wait, timeout, history, logs, tree, **options):
         timeout = parse_seconds(timeout, "--timeout")
         if wait:
             wait_with_progress([execution_id], timeout)
@@ -30,6 +32,12 @@ class Command(ObeliskCommand):
         self.stdout.write(f"result: {result_line(log.state.execution_id)}")
         if history:
             for line in display.format_history(log):
+                self.stdout.write(line)
+        if logs:
+            for line in display.format_logs(store.list_logs(log.state.execution_id, limit=10_000)):
+                self.stdout.write(line)
+        if tree:
+            for line in display.format_tree(log.state.execution_id):
                 self.stdout.write(line)
         if wait:
             check_result(log.state.execution_id)
