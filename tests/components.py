@@ -111,3 +111,49 @@ def hang_once(marker: str) -> str:
         path.write_text(f"{os.getpid()}\n")
         time.sleep(60)
     return f"finished by {os.getpid()}"
+
+
+# Activities of the worker reliability tests (tests/test_worker_reliability.py).
+
+
+def _note(marker: str, what: str) -> None:
+    """One line per event of a run: ``<what> <execution id> <pid> <attempt> <time.time()>``
+    (a whole line in one ``write`` on an ``O_APPEND`` file: several processes may share it)."""
+    context = current_activity()
+    line = f"{what} {context.execution_id} {os.getpid()} {context.attempt} {time.time():.6f}\n"
+    with open(marker, "a") as out:
+        out.write(line)
+
+
+@activity(
+    name="test:acts/reliable.slow",
+    max_retries=0,
+    timeout=timedelta(seconds=10),
+    lock_duration=timedelta(seconds=1),
+)
+def reliable_slow(seconds: float, marker: str) -> str:
+    """No retries and a short lock: any lock expiry or lost claim shows as a failure. Notes
+    its start and its end in ``marker`` (``_note``)."""
+    _note(marker, "start")
+    time.sleep(seconds)
+    _note(marker, "end")
+    return "slept"
+
+
+@activity(name="test:acts/reliable.nul", **QUICK)
+def returns_nul() -> str:
+    """Returns a string PostgreSQL text cannot hold (U+0000)."""
+    return "a\x00b"
+
+
+@activity(
+    name="test:acts/reliable.hang-no-retry",
+    max_retries=0,
+    timeout=timedelta(seconds=60),
+    lock_duration=timedelta(seconds=1),
+)
+def hang_no_retry(marker: str) -> str:
+    """Writes its pid to ``marker`` and hangs (to be killed); no retries."""
+    Path(marker).write_text(f"{os.getpid()}\n")
+    time.sleep(60)
+    return "never"

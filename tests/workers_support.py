@@ -89,10 +89,11 @@ def wait_for_marker(path: Path, *, timeout: float = 30) -> str:
 class WorkerCluster:
     """``python manage.py obelisk_worker --workers N`` on the test database."""
 
-    def __init__(self, log_path: Path, workers: int = 2, *, name: str = "cluster"):
+    def __init__(self, log_path: Path, workers: int = 2, *, name: str = "cluster", env: dict[str, str] | None = None):
         self.log_path = Path(log_path)
         self.workers = workers
         self.name = name
+        self.env = dict(env or {})  # extra environment, e.g. OBELISK_SHUTDOWN_GRACE_SECONDS
         self.process: subprocess.Popen | None = None
         self._log_file = None
 
@@ -109,6 +110,7 @@ class WorkerCluster:
             OBELISK_LOG_LEVEL="INFO",
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab")
         self.process = subprocess.Popen(
@@ -149,6 +151,46 @@ class WorkerCluster:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def signal_main(self, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to the ``manage.py obelisk_worker`` process only (an operator's
+        ``kill``)."""
+        self.process.send_signal(signum)
+
+    def signal_group(self, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to every process of the cluster's process group at once (what
+        systemd and Kubernetes do on stop; ``SIGKILL`` for a vanished host)."""
+        os.killpg(self.pid, signum)
+
+    def group_alive(self) -> bool:
+        """Whether any process of the cluster's process group is still running (zombies,
+        dead but not reaped, do not count)."""
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            # fields after the command name: state, ppid, pgrp, ...
+            if fields[0] != "Z" and int(fields[2]) == self.pid:
+                return True
+        return False
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait until the ``obelisk_worker`` process and every process of its group have
+        ended; ``timeout`` is a safety limit (``AssertionError``). Returns the exit code."""
+        deadline = time.monotonic() + timeout
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.name} still running {timeout} s after it was told to stop") from None
+        wait_until(
+            lambda: not self.group_alive(),
+            timeout=max(0.1, deadline - time.monotonic()),
+            what=f"every process of {self.name} to end",
+        )
+        return code
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """SIGTERM (django-q2 stops its processes), then SIGKILL to the whole group."""
