@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from executions import errors, notify, store
+from executions import conf, errors, notify, store
 from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
@@ -130,6 +130,8 @@ class ActivityExecutor:
                     break
         except DATABASE_ERRORS as error:
             time.sleep(self._outage.failed(error))
+        if shutdown.stopping():  # running workflows stop waiting at once and hand back
+            self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
         return done
 
     def _start_workflows(self) -> int:
@@ -152,8 +154,9 @@ class ActivityExecutor:
     def _wait_for_work(self, until: float) -> bool:
         """Wait for a served function's work to become due; False when ``until`` passed."""
         while (timeout := until - time.monotonic()) > 0 and not shutdown.stopping():
+            served = self.terms.keys() | (self.workflow_terms.keys() if self.workflows.free() > 0 else set())
             for note in self._listener.wait(timeout):
-                if note.channel == notify.PENDING and (self.terms.keys() | self.workflow_terms.keys()) & set(note.items):
+                if note.channel == notify.PENDING and served & set(note.items):
                     return True
             if not notify.is_postgres():
                 return True  # no LISTEN: each poll interval is worth a claim attempt

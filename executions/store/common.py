@@ -23,6 +23,7 @@ from executions.models import (
     ExecutionEvent,
     ExecutionState,
 )
+from executions.state_machine import State
 from executions.store.datatypes import EventRecord
 
 
@@ -97,8 +98,6 @@ def _record(version: int, created_at: datetime, json_value: Any) -> EventRecord:
 
 def has_unfinished_children(execution_id: str) -> bool:
     """Whether any execution started in a join set of ``execution_id`` (at any depth) runs."""
-    from executions.state_machine import State
-
     return (
         ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
         .exclude(state=State.FINISHED)
