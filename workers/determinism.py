@@ -62,8 +62,26 @@ def _guard(original, name: str, instead: str):
     return guarded
 
 
-class _GuardedDateTime(_datetime.datetime):
+class _RealTypeChecks(type):
+    """The guarded classes stand in for the real ones in type checks, so ``isinstance(
+    ctx.now(), datetime)`` holds in a guarded module and annotations validate as the real
+    types (pydantic asks ``__get_pydantic_core_schema__``)."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls._real)
+
+    def __subclasscheck__(cls, subclass):
+        return issubclass(subclass, cls._real)
+
+
+class _GuardedDateTime(_datetime.datetime, metaclass=_RealTypeChecks):
     """``datetime.datetime`` with ``now``/``utcnow``/``today`` guarded."""
+
+    _real = _datetime.datetime
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        return handler(_datetime.datetime)
 
     @classmethod
     def now(cls, tz=None):
@@ -81,7 +99,13 @@ class _GuardedDateTime(_datetime.datetime):
         return super().today()
 
 
-class _GuardedDate(_datetime.date):
+class _GuardedDate(_datetime.date, metaclass=_RealTypeChecks):
+    _real = _datetime.date
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        return handler(_datetime.date)
+
     @classmethod
     def today(cls):
         _check("date.today()", "ctx.now().date()")

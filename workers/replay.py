@@ -1128,9 +1128,17 @@ class EventHistory:
     def _write_blocking(self, events: Sequence[Any], creates: Sequence[NewExecution] = ()) -> None:
         self._record(self._buffer.blocking(events, creates), events)
 
-    def _run_expires_at(self) -> datetime:
-        """``JoinNext.run_expires_at``: now under Interrupt, the lock's expiry under Await (§4)."""
-        if self._waiter is not None and self._lease is not None:
+    def _run_expires_at(self, join_set_id: str | None = None) -> datetime:
+        """``JoinNext.run_expires_at``: now under Interrupt, the lock's expiry under Await (§4).
+
+        Also the lock's expiry under Interrupt when this run already holds the response it
+        is about to consume (``join_set_id``'s next one is loaded): the run goes on, so the
+        row must stay this run's until its lock expires. With ``now``, the store would make
+        it pending at once and another worker, woken by the notification, would take it
+        over mid-run (fenced out, but at the price of a full replay per response)."""
+        if self._lease is not None and (
+            self._waiter is not None or (join_set_id is not None and self._queue.peek(join_set_id) is not None)
+        ):
             return self._lease.lock_expires_at
         return self._clock()
 
@@ -1232,7 +1240,9 @@ class EventHistory:
         """§2.5 step 2: a ``JoinNext`` while submissions exceed consumed responses, else
         ``JoinNextTooMany``; decided from processed counts only (§7 inv. 6)."""
         if self._index.submissions(join_set_id) > self._index.consumed(join_set_id):
-            event = JoinNext(join_set_id=join_set_id, run_expires_at=self._run_expires_at(), requested_ffqn=ffqn)
+            event = JoinNext(
+                join_set_id=join_set_id, run_expires_at=self._run_expires_at(join_set_id), requested_ffqn=ffqn
+            )
         else:
             event = JoinNextTooMany(join_set_id=join_set_id, requested_ffqn=ffqn)
         self._write_blocking([event])
@@ -1446,7 +1456,7 @@ class EventHistory:
             self._apply([key], lambda: self._write_closing_join_next(join_set_id))
 
     def _write_closing_join_next(self, join_set_id: str) -> None:
-        expires = self._run_expires_at()
+        expires = self._run_expires_at(join_set_id)
         self._write_blocking([JoinNext(join_set_id=join_set_id, run_expires_at=expires, closing=True)])
 
     def _cancel(self, unawaited: dict[str, str]) -> None:

@@ -236,7 +236,10 @@ def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event
         _release_if_locked(locked, "interrupted while locked: worker is stopping")
         return
     except WriteFailed as failed:
-        logger.warning("%s: %s; its lock expires and it runs again", locked.execution_id, failed)
+        if isinstance(failed.__cause__, errors.LockLost):
+            logger.info("%s: this run was superseded (%s)", locked.execution_id, failed.__cause__)
+        else:
+            logger.warning("%s: %s; its lock expires and it runs again", locked.execution_id, failed)
         return
     except FatalWorkflowError as fatal:
         outcome = Finished(retval=fatal.failure())
@@ -244,6 +247,8 @@ def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event
         return
     try:
         store.append(locked.execution_id, None, outcome, fence=locked.fence)
+    except errors.LockLost as lost:  # another run holds it now (a stop, an expired lock)
+        logger.info("%s: this run was superseded (%s)", locked.execution_id, lost)
     except errors.ValidationFailed as refused:  # an unstorable result fails this execution only
         failure = ExecutionFailure("uncategorized", f"result rejected: {refused}")
         store.append(locked.execution_id, None, Finished(retval=failure), fence=locked.fence)

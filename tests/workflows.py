@@ -1,0 +1,296 @@
+"""Workflows and activities of the workflow conformance tests (``tests/test_workflows.py``).
+
+Everything here is registered under ``test:wf/...``. Activities are run by the test's
+``World`` (in the test process, locked and finished through the store); workflows by
+``workers.workflow_runner.run_workflow``, as the executor does.
+
+This module is a workflow module, so ``@workflow`` guards its names (``workers.
+determinism``): ``time``, ``random``, ``uuid``, ``os`` and ``datetime`` below are the guarded
+stand-ins. They raise only inside a running workflow, so the activities of this very module
+use them freely (``impure_values``). No ``from __future__ import annotations``: the registry
+reads the annotations as types.
+"""
+
+import datetime as dt
+import os
+import random
+import secrets
+import time
+import uuid
+from datetime import datetime, timedelta
+from random import randint
+from uuid import uuid4
+
+from workers import ActivityError, activity, workflow
+from workers.workflow import AllProcessed, ChildFailed, FunctionMismatch
+
+# ---------------------------------------------------------------------------------------------
+# Activities
+# ---------------------------------------------------------------------------------------------
+
+
+@activity(name="test:wf/acts.fn1", max_retries=0)
+def fn1(x: int = 0) -> int:
+    """Doubles even numbers; an odd number is an error value."""
+    if x % 2:
+        raise ActivityError(x, retryable=False)
+    return x * 2
+
+
+@activity(name="test:wf/acts.fn2", max_retries=0)
+def fn2(x: int = 0) -> int:
+    return x
+
+
+@activity(name="test:wf/acts.pair", max_retries=0)
+def pair(x: int) -> tuple[int, str]:
+    return x, str(x)
+
+
+@activity(name="test:wf/acts.fail", max_retries=0)
+def fail(code: str) -> int:
+    raise ActivityError({"code": code}, retryable=False)
+
+
+@activity(name="test:wf/acts.crash", max_retries=0)
+def crash() -> int:
+    raise RuntimeError("the activity crashed")
+
+
+@activity(name="test:wf/acts.hang", max_retries=0, lock_duration=timedelta(seconds=2))
+def hang() -> str:
+    """The World never runs it on its own: the test times it out, cancels it or leaves it."""
+    return "never run"
+
+
+@activity(name="test:wf/acts.impure", max_retries=0)
+def impure_values() -> dict:
+    """What a workflow may not call, called from an activity of the same (guarded) module."""
+    return {
+        "time": time.time(),
+        "random": random.random(),
+        "uuid": str(uuid.uuid4()),
+        "now": datetime.now().isoformat(),
+        "urandom": os.urandom(4).hex(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Workflows
+# ---------------------------------------------------------------------------------------------
+
+LOCK = timedelta(seconds=2)  # short: an Await wait nobody answers ends after ~1.6 s
+
+
+@workflow(name="test:wf/flows.driven", lock_duration=LOCK)
+def driven(ctx) -> None:
+    """The root of executions whose runs a test drives host call by host call."""
+
+
+@workflow(name="test:wf/flows.fan-out", lock_duration=LOCK)
+def fan_out(ctx, xs: list[int]) -> dict:
+    """A join set of activities awaited in completion order, a sleep, a direct call."""
+    with ctx.join_set() as js:
+        for x in xs:
+            js.submit(fn2, x)
+        values = sorted(js.await_next(fn2)[1].value for _ in xs)
+    slept_until = ctx.sleep(timedelta(milliseconds=1))
+    doubled = ctx.call(fn1, sum(values))
+    return {"values": values, "doubled": doubled, "slept_until": slept_until.isoformat()}
+
+
+@workflow(name="test:wf/flows.child", lock_duration=LOCK)
+def child_workflow(ctx, x: int) -> int:
+    return ctx.call(fn2, x) + 1
+
+
+@workflow(name="test:wf/flows.failing-child", lock_duration=LOCK)
+def failing_child(ctx, x: int) -> int:
+    raise ValueError(f"child trap {x}")
+
+
+DRAWS: list[dict] = []  # what every run of ``draws`` computed (a side channel for the test)
+
+
+@workflow(name="test:wf/flows.draws", lock_duration=LOCK)
+def draws(ctx) -> dict:
+    """Random values, a uuid and the time, then a wait (so a later run replays them)."""
+    values = {
+        "u64": ctx.random_u64(0, 2**64 - 1),
+        "string": ctx.random_string(5, 20),
+        "uuid": str(ctx.uuid()),
+        "now": ctx.now().isoformat(),
+    }
+    DRAWS.append(dict(values))
+    values["child"] = ctx.call(fn2, 7)
+    values["after"] = ctx.random_u64(0, 1000)
+    DRAWS.append(dict(values))
+    return values
+
+
+@workflow(name="test:wf/flows.forbidden", lock_duration=LOCK)
+def forbidden(ctx, what: str) -> str:
+    """Calls one source of non-determinism directly (the guard must stop it)."""
+    ctx.call(fn2, 1)  # some history first: the guard also holds in a replaying run
+    calls = {
+        "time.time": lambda: time.time(),
+        "time.monotonic": lambda: time.monotonic(),
+        "random.random": lambda: random.random(),
+        "random.randint": lambda: random.randint(1, 6),
+        "uuid.uuid4": lambda: uuid.uuid4(),
+        "datetime.now": lambda: datetime.now(),
+        "os.urandom": lambda: os.urandom(8),
+        "secrets.token_hex": lambda: secrets.token_hex(4),
+        "time.sleep": lambda: time.sleep(0.01),
+        "from random import randint": lambda: randint(1, 6),
+        "from uuid import uuid4": lambda: uuid4(),
+        "import datetime as dt": lambda: dt.datetime.now(),
+        "dt.date.today": lambda: dt.date.today(),
+    }
+    return repr(calls[what]())
+
+
+@workflow(name="test:wf/flows.now-is-a-datetime", lock_duration=LOCK)
+def now_is_a_datetime(ctx) -> list:
+    """``from datetime import datetime`` in a workflow module: ``ctx.now()`` must still be
+    a ``datetime`` for the code that checks."""
+    now = ctx.now()
+    return [isinstance(now, datetime), isinstance(now, dt.datetime), type(now).__name__]
+
+
+@workflow(name="test:wf/flows.impure-activity", lock_duration=LOCK)
+def calls_impure_activity(ctx) -> dict:
+    return ctx.call(impure_values)
+
+
+@workflow(name="test:wf/flows.trap", lock_duration=LOCK)
+def trap(ctx, use_with: bool) -> None:
+    """Starts an activity that never finishes on its own and a child workflow, then raises."""
+    if use_with:
+        with ctx.join_set() as js:
+            js.submit(hang)
+            js.submit(child_workflow, 4)
+            raise RuntimeError("bug in the workflow")
+    js = ctx.join_set()
+    js.submit(hang)
+    js.submit(child_workflow, 4)
+    js.submit_delay(timedelta(hours=1))
+    raise RuntimeError("bug in the workflow")
+
+
+def _describe(retval) -> list:
+    kind = getattr(retval, "kind", None)
+    return [type(retval).__name__, kind if kind is not None else retval.value]
+
+
+@workflow(name="test:wf/flows.child-outcomes", lock_duration=LOCK)
+def child_outcomes(ctx) -> dict:
+    """Each kind of child failure, as the parent sees it."""
+    out: dict = {}
+    for label, fn, args in (
+        ("error_value", fail, ("E42",)),
+        ("crashed", crash, ()),
+        ("timed_out", "test:wf/acts.hang-timeout", ()),
+        ("cancelled", "test:wf/acts.hang-cancel", ()),
+        ("child_workflow_trap", failing_child, (5,)),
+    ):
+        try:
+            ctx.call(fn, *args)
+            out[label] = "returned"
+        except ChildFailed as failed:
+            out[label] = [*_describe(failed.retval), str(failed.child_id)]
+    _, retval = ctx.invoke(fail, "E7", label="invoked")
+    out["invoked"] = _describe(retval)
+    value = ctx.call(pair, 3)
+    out["typed_ok"] = [type(value).__name__, list(value)]
+    with ctx.join_set() as js:
+        child = js.submit(fn1, 3)
+        out["join_next"] = list(js.join_next())
+        out["get"] = _describe(ctx.get(fn1, child))
+    return out
+
+
+@activity(name="test:wf/acts.hang-timeout", max_retries=0, lock_duration=timedelta(seconds=2))
+def hang_timeout() -> int:
+    return 0
+
+
+@activity(name="test:wf/acts.hang-cancel", max_retries=0)
+def hang_cancel() -> int:
+    return 0
+
+
+# Nondeterminism: the code of ``changing`` depends on ``CODE_VERSION`` (a test flips it between
+# runs, as a deployment of new code would). ``PLANS[case][version]`` is the list of host calls.
+CODE_VERSION = "A"
+PLANS: dict[str, dict[str, list[tuple]]] = {
+    "call_order": {
+        "A": [("join_set", None), ("submit", "fn1", 2), ("submit", "fn2", 3), ("join_next",)],
+        "B": [("join_set", None), ("submit", "fn2", 3), ("submit", "fn1", 2), ("join_next",)],
+    },
+    "arguments": {
+        "A": [("call", "fn1", 2)],
+        "B": [("call", "fn1", 4)],
+    },
+    "removed_call": {
+        "A": [("now",), ("call", "fn1", 2)],
+        "B": [("call", "fn1", 2)],
+    },
+    "removed_trailing_call": {
+        "A": [("call", "fn1", 2), ("call", "fn2", 3)],
+        "B": [("call", "fn1", 2)],
+    },
+    "added_call_before": {
+        "A": [("call", "fn1", 2)],
+        "B": [("random", 0, 10), ("call", "fn1", 2)],
+    },
+    "join_set_name": {
+        "A": [("join_set", "alpha"), ("submit", "fn1", 2), ("join_next",)],
+        "B": [("join_set", "beta"), ("submit", "fn1", 2), ("join_next",)],
+    },
+    "await_function": {
+        "A": [("join_set", None), ("submit", "fn1", 2), ("await_next", "fn1")],
+        "B": [("join_set", None), ("submit", "fn1", 2), ("await_next", "fn2")],
+    },
+    "sleep_duration": {
+        "A": [("sleep", 1)],
+        "B": [("sleep", 2)],
+    },
+    "scheduled_function": {
+        "A": [("schedule", "fn1", 2), ("call", "fn2", 1)],
+        "B": [("schedule", "fn2", 2), ("call", "fn2", 1)],
+    },
+}
+FUNCTIONS = {"fn1": fn1, "fn2": fn2}
+
+
+@workflow(name="test:wf/flows.changing", blocking="interrupt", lock_duration=LOCK)
+def changing(ctx, case: str) -> list:
+    results: list = []
+    join_set = None
+    for step in PLANS[case][CODE_VERSION]:
+        match step:
+            case ("join_set", name):
+                join_set = ctx.join_set(name)
+            case ("submit", fn, arg):
+                results.append(join_set.submit(FUNCTIONS[fn], arg))
+            case ("submit_hang",):
+                results.append(join_set.submit(hang))
+            case ("join_next",):
+                results.append(list(join_set.join_next()))
+            case ("await_next", fn):
+                try:
+                    results.append(str(join_set.await_next(FUNCTIONS[fn])))
+                except (FunctionMismatch, AllProcessed) as error:
+                    results.append(type(error).__name__)
+            case ("call", fn, arg):
+                results.append(ctx.call(FUNCTIONS[fn], arg))
+            case ("now",):
+                results.append(ctx.now().isoformat())
+            case ("random", low, high):
+                results.append(ctx.random_u64(low, high))
+            case ("sleep", seconds):
+                results.append(ctx.sleep(timedelta(seconds=seconds)).isoformat())
+            case ("schedule", fn, arg):
+                results.append(ctx.schedule(FUNCTIONS[fn], arg, at=timedelta(hours=1)))
+    return results
