@@ -1,5 +1,6 @@
 """Activities used by the worker tests (``OBELISK['COMPONENT_MODULES']`` in test settings)."""
 
+import logging
 import os
 import time
 from datetime import timedelta
@@ -157,3 +158,11 @@ def hang_no_retry(marker: str) -> str:
     Path(marker).write_text(f"{os.getpid()}\n")
     time.sleep(60)
     return "never"
+
+
+@activity(name="test:acts/basic.chatty", **QUICK)
+def chatty(x: int) -> int:
+    """Prints and logs a warning: both land in its run's log (t_log)."""
+    print(f"printing {x}")
+    logging.getLogger("tests.components").warning("warning about %s", x)
+    return x

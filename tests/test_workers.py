@@ -287,6 +287,17 @@ def test_lock_is_renewed_while_the_activity_runs_without_growing_the_history(clu
     assert log.state.intermittent_event_count == 0
 
 
+def test_what_an_activity_prints_and_logs_is_stored_with_its_run(cluster):
+    """Issue 12 item 5: logging and stdout of a run land in t_log with level and run id."""
+    execution_id, _ = submit("test:acts/basic.chatty", [7])
+    assert finish(execution_id) == Ok(7)
+    (locked,) = [r.event for r in store.get(execution_id).events if isinstance(r.event, Locked)]
+    logs = store.list_logs(execution_id)
+    assert {entry.run_id for entry in logs} == {locked.run_id}
+    assert [(e.level, e.message) for e in logs if e.level] == [(4, "warning about 7")]
+    assert [bytes(e.payload) for e in logs if e.stream_type == 1] == [b"printing 7\n"]
+
+
 def test_cancel_pending_activity(cluster):
     execution_id, _ = submit("test:acts/basic.add", [1, 1], scheduled_at=timezone.now() + timedelta(seconds=60))
 

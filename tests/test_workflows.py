@@ -1486,3 +1486,33 @@ def test_an_await_wait_nobody_answers_ends_at_the_deadline_without_extending_the
     run2.end()
     assert history_events(execution_id) == recorded
     assert_versions_contiguous(execution_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs and backtraces (issue 12 item 5, spec 002 §2.15)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocking", ["interrupt", "await"])
+def test_runs_capture_their_logs_and_a_replay_marks_what_it_logs_again(blocking):
+    """What a workflow logs is stored per run with its level, and a replaying run does not
+    log it again as new (§2.15); a blocking call's stack is stored as a backtrace of the
+    workflow's own frames. (Activities' capture: tests/test_workers.py.)"""
+    spec = workflows.talkative
+    execution_id = create_root(spec, 7)
+    complete(execution_id, spec, World(execution_id), blocking=blocking)
+    assert result(execution_id) == Ok(7)
+
+    lines = [(e.run_id, e.level, e.message) for e in store.list_logs(execution_id)]
+    first_run = lines[0][0]
+    assert (first_run, 3, "calling chatty with 7") in lines
+    assert any(level == 3 and message == "chatty returned 7" for _, level, message in lines)
+    # Interrupt: the second run replays the first line; a replay does not log it again as
+    # new (ctx.log demotes it to DEBUG, below what the obelisk loggers let through).
+    assert [message for _, level, message in lines if level >= 3].count("calling chatty with 7") == 1, lines
+
+    backtraces = store.list_backtraces(execution_id)
+    assert backtraces, "the blocking call's stack was not stored"
+    frames = backtraces[0][2]
+    assert any(frame["function"] == "talkative" and "ctx.call" in frame["code"] for frame in frames), frames
+    assert not any("/workers/" in frame["file"] for frame in frames)

@@ -17,6 +17,7 @@ import random
 import secrets
 import time
 import uuid
+import logging
 from datetime import datetime, timedelta
 from random import randint
 from uuid import uuid4
@@ -294,3 +295,20 @@ def changing(ctx, case: str) -> list:
             case ("schedule", fn, arg):
                 results.append(ctx.schedule(FUNCTIONS[fn], arg, at=timedelta(hours=1)))
     return results
+
+
+@activity(name="test:wf/acts.chatty")
+def chatty(x: int) -> int:
+    """Prints and logs a warning: both land in its run's log (t_log)."""
+    print(f"printing {x}")
+    logging.getLogger("tests.workflows").warning("warning about %s", x)
+    return x
+
+
+@workflow(name="test:wf/flows.talkative", lock_duration=LOCK)
+def talkative(ctx, x: int) -> int:
+    """Logs around a direct call; a replay logs the first line again, marked (replay)."""
+    ctx.log.info("calling chatty with %s", x)
+    value = ctx.call(chatty, x)
+    ctx.log.info("chatty returned %s", value)
+    return value

@@ -8,8 +8,9 @@ The output still reaches the worker's own log as before.
 
 Logging is captured at the levels the logging configuration lets through (the ``obelisk``
 loggers, ``ctx.log`` included, at INFO; the root at ``OBELISK_LOG_LEVEL``/WARNING). While a
-workflow replays, what it logs again is stored at trace level and marked ``(replay)``, so a
-replay does not read as new activity.
+workflow replays, ``ctx.log`` demotes what it logs again to DEBUG (``workers.workflow``), and
+whatever still gets through is stored at trace level marked ``(replay)``, so a replay does
+not read as new activity.
 """
 
 from __future__ import annotations
