@@ -12,12 +12,12 @@ reads the annotations as types.
 """
 
 import datetime as dt
+import logging
 import os
 import random
 import secrets
 import time
 import uuid
-import logging
 from datetime import datetime, timedelta
 from random import randint
 from uuid import uuid4

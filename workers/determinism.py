@@ -115,16 +115,33 @@ class _GuardedDate(_datetime.date, metaclass=_RealTypeChecks):
 _RANDOM = "ctx.random_u64(...) or ctx.random_string(...)"
 # module -> {attribute: (what the error calls it, what to use instead)}
 _GUARDED: dict[types.ModuleType, dict[str, tuple[str, str]]] = {
-    time: {name: (f"time.{name}()", "ctx.now()") for name in ("time", "time_ns", "monotonic", "monotonic_ns",
-                                                               "perf_counter", "perf_counter_ns")}  # fmt: skip
+    time: {
+        name: (f"time.{name}()", "ctx.now()")
+        for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns")
+    }  # fmt: skip
     | {"sleep": ("time.sleep()", "ctx.sleep(timedelta(...))")},
-    random: {name: (f"random.{name}()", _RANDOM) for name in ("random", "randint", "randrange", "choice", "choices",
-                                                              "shuffle", "sample", "uniform", "getrandbits",
-                                                              "randbytes", "gauss")},  # fmt: skip
+    random: {
+        name: (f"random.{name}()", _RANDOM)
+        for name in (
+            "random",
+            "randint",
+            "randrange",
+            "choice",
+            "choices",
+            "shuffle",
+            "sample",
+            "uniform",
+            "getrandbits",
+            "randbytes",
+            "gauss",
+        )
+    },  # fmt: skip
     uuid: {"uuid1": ("uuid.uuid1()", "ctx.uuid()"), "uuid4": ("uuid.uuid4()", "ctx.uuid()")},
     os: {"urandom": ("os.urandom()", _RANDOM), "getrandom": ("os.getrandom()", _RANDOM)},
-    secrets: {name: (f"secrets.{name}()", _RANDOM) for name in ("token_bytes", "token_hex", "token_urlsafe",
-                                                                "randbelow", "choice", "randbits")},  # fmt: skip
+    secrets: {
+        name: (f"secrets.{name}()", _RANDOM)
+        for name in ("token_bytes", "token_hex", "token_urlsafe", "randbelow", "choice", "randbits")
+    },  # fmt: skip
 }
 
 

@@ -55,7 +55,10 @@ from workers.workflow import WorkflowContext
 logger = logging.getLogger("obelisk.workflow")
 # Frames from these are the engine's (and Python's), not the workflow's own code.
 _ENGINE_PATHS = tuple(
-    {str(Path(__file__).resolve().parent.parent / "workers"), str(Path(__file__).resolve().parent.parent / "executions")}
+    {
+        str(Path(__file__).resolve().parent.parent / "workers"),
+        str(Path(__file__).resolve().parent.parent / "executions"),
+    }
     | {path for path in sysconfig.get_paths().values()}
 )
 

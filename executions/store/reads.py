@@ -45,9 +45,7 @@ def append_logs(
     text is made storable (NUL, lone surrogates escaped) rather than refused."""
     execution_id = _eid(execution_id)
     rows = [
-        LogEntry(
-            execution_id=execution_id, run_id=run_id, created_at=at, level=level, message=storable_text(message)
-        )
+        LogEntry(execution_id=execution_id, run_id=run_id, created_at=at, level=level, message=storable_text(message))
         for at, level, message in entries
     ] + [
         LogEntry(execution_id=execution_id, run_id=run_id, created_at=at, stream_type=stream, payload=payload)
