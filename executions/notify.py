@@ -14,7 +14,9 @@ Channels and payloads (newline-separated, split to stay under PostgreSQL's 8000 
 - ``obelisk_finished``: execution ids that finished;
 - ``obelisk_response``: parent execution ids that got a join-set response;
 - ``obelisk_cancel``: execution ids whose cancellation was requested;
-- ``obelisk_timer``: empty; a timer or lock with a new expiry was written.
+- ``obelisk_timer``: empty; a delay or lock with a new expiry was written (the sweep);
+- ``obelisk_scheduled``: empty; an execution became pending at a later time (the brokers
+  recompute their next wake-up; the sweep has nothing to do for it).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ FINISHED = "obelisk_finished"
 RESPONSE = "obelisk_response"
 CANCEL = "obelisk_cancel"
 TIMER = "obelisk_timer"
-CHANNELS = (PENDING, FINISHED, RESPONSE, CANCEL, TIMER)
+SCHEDULED = "obelisk_scheduled"
+CHANNELS = (PENDING, FINISHED, RESPONSE, CANCEL, TIMER, SCHEDULED)
 _MAX_PAYLOAD = 7900
 logger = logging.getLogger("obelisk.notify")
 
@@ -52,6 +55,7 @@ class Notes:
     responses: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     timers: bool = False
+    scheduled: bool = False
 
     def messages(self) -> list[tuple[str, str]]:
         out = []
@@ -64,6 +68,8 @@ class Notes:
             out.extend((channel, chunk) for chunk in _chunks(items))
         if self.timers:
             out.append((TIMER, ""))
+        if self.scheduled:
+            out.append((SCHEDULED, ""))
         return out
 
     def publish(self, statements=None, using: str = "default") -> None:

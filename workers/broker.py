@@ -96,7 +96,7 @@ class ExecutionBroker(ORM):
             if note.channel == notify.PENDING and self._served.intersection(note.items):
                 self._due_at = time.monotonic()
                 self._new_work = True
-            elif note.channel == notify.TIMER:
+            elif note.channel in (notify.TIMER, notify.SCHEDULED):
                 self._recheck_at = 0.0
         return None
 
@@ -130,7 +130,7 @@ class ExecutionBroker(ORM):
         from workers.registry import load_components
 
         self._served = frozenset(load_components())
-        self._listener = notify.Listener([notify.PENDING, notify.TIMER])
+        self._listener = notify.Listener([notify.PENDING, notify.TIMER, notify.SCHEDULED])
         logger.info("broker serving %d function(s): %s", len(self._served), ", ".join(sorted(self._served)))
 
     def _may_claim(self, now: float) -> bool:

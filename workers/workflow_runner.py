@@ -72,6 +72,7 @@ class StoreWriter:
     def __init__(self, locked: store.LockedExecution, deployment_id: str):
         self.locked = locked
         self.deployment_id = deployment_id
+        self._blocked_at: tuple[int, int, list] | None = None  # the last blocking call's stack
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
         store.append_batch_create_new_execution(
@@ -81,19 +82,23 @@ class StoreWriter:
             [self._create_request(new) for new in creates],
             fence=self.locked.fence,
         )
+        self._blocked_at = None
         if any(isinstance(event, JoinNext) for event in events):
-            self._record_backtrace(version, version + len(events))
+            frames = [
+                {"file": frame.filename, "line": frame.lineno, "function": frame.name, "code": frame.line or ""}
+                for frame in traceback.extract_stack()
+                if not frame.filename.startswith(_ENGINE_PATHS)
+            ]
+            self._blocked_at = (version, version + len(events), frames) if frames else None
 
-    def _record_backtrace(self, low: int, high: int) -> None:
-        """Where the workflow's code blocked: its own frames of the current stack, stored
-        deduplicated for the console (``t_backtrace``). Best effort."""
-        frames = [
-            {"file": frame.filename, "line": frame.lineno, "function": frame.name, "code": frame.line or ""}
-            for frame in traceback.extract_stack()
-            if not frame.filename.startswith(_ENGINE_PATHS)
-        ]
-        if not frames:
+    def store_backtrace(self) -> None:
+        """The run blocks (it waits, or interrupts): store where the workflow's code was, its
+        own frames of the stack of the blocking call, deduplicated (``t_backtrace``). A
+        join-next answered at once is not a block and stores nothing. Best effort."""
+        if self._blocked_at is None:
             return
+        low, high, frames = self._blocked_at
+        self._blocked_at = None
         try:
             component = self.locked.locked.component_id.model_dump(mode="json")
             store.append_backtrace(self.locked.execution_id, component, low, high, frames)
@@ -129,18 +134,21 @@ class StoreWriter:
 class StoreWaiter:
     """``Waiter`` (Await): block until new responses arrive or the lock's deadline."""
 
-    def __init__(self, execution_id: str, lease: StoreLease):
+    def __init__(self, execution_id: str, lease: StoreLease, writer: StoreWriter | None = None):
         self.execution_id = execution_id
         self.lease = lease
+        self.writer = writer
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
         when the execution is being cancelled: the driver takes over (decision 14)."""
         with notify.Listener([notify.RESPONSE, notify.CANCEL]) as listener:
             while True:
-                responses, _ = store.list_responses(self.execution_id, after_seq=after_seq, limit=None)
+                responses = store.responses_after(self.execution_id, after_seq)
                 if responses:
                     return responses
+                if self.writer is not None:
+                    self.writer.store_backtrace()  # a wait: this is where the code blocks
                 remaining = self.lease.deadline() - time.monotonic()
                 if remaining <= 0 or shutdown.stopping() or self._cancelling():
                     return []
@@ -211,13 +219,14 @@ def run_workflow(locked: store.LockedExecution, spec: ActivityFunction, deployme
 
 def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
     lease = StoreLease(locked, spec)
-    waiter = StoreWaiter(locked.execution_id, lease) if spec.blocking == "await" else None
+    writer = StoreWriter(locked, deployment_id)
+    waiter = StoreWaiter(locked.execution_id, lease, writer) if spec.blocking == "await" else None
     history = EventHistory(
         locked.execution_id,
         locked.history or [],
         locked.responses or [],
         next_version=locked.next_version,
-        writer=StoreWriter(locked, deployment_id),
+        writer=writer,
         waiter=waiter,
         canceller=StoreCanceller(),
         lease=lease,
@@ -227,15 +236,16 @@ def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: s
     ctx = WorkflowContext(history, locked.execution_id)
     with capturing(locked.execution_id, locked.fence.run_id, lambda: history.is_replaying):
         outcome = _call(spec, ctx, locked)
-        _finish(locked, history, outcome)
+        _finish(locked, history, outcome, writer)
 
 
-def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None) -> None:
+def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None, writer: StoreWriter) -> None:
     """Finalize (close the open join sets, check the replay was complete), then append the
     outcome with the run's fence."""
     try:
         history.finalize()
     except WorkflowInterrupt:
+        writer.store_backtrace()  # it blocks on the join-next it wrote last
         _release_if_locked(locked, "interrupted while locked: worker is stopping")
         return
     except WriteFailed as failed:

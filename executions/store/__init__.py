@@ -69,6 +69,7 @@ from executions.store.reads import (
     list_events,
     list_logs,
     list_responses,
+    responses_after,
     wait_for_finished,
     wait_for_finished_result,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "next_timer_at",
     "pause_delay",
     "pause_execution",
+    "responses_after",
     "unpause_delay",
     "unpause_execution",
     "upsert_stub_response",

@@ -164,6 +164,12 @@ def list_responses(execution_id: str, *, after_seq: int = 0, limit: int | None =
     return responses, max_seq
 
 
+def responses_after(execution_id: str, after_seq: int) -> list[Response]:
+    """The responses with ``seq > after_seq``, in order: what a waiting workflow run asks for
+    each time it wakes (two small queries; no snapshot needed, ``seq`` only grows)."""
+    return _responses_of([_eid(execution_id)], after_seq=after_seq).get(_eid(execution_id), [])
+
+
 def _histories(execution_ids: list[str]) -> dict[str, list[EventRecord]]:
     out: dict[str, list[EventRecord]] = defaultdict(list)
     rows = (

@@ -206,13 +206,13 @@ def _to_pending(row: ExecutionState, at: datetime) -> set[str]:
 
 
 def _notify_pending(row: ExecutionState, notes: notify.Notes) -> None:
-    """Announce a row that became lockable: due now on ``obelisk_pending``, due later as a
-    timer (so brokers recompute their next wake-up)."""
+    """Announce a row that became lockable: due now on ``obelisk_pending``, due later on
+    ``obelisk_scheduled`` (so brokers recompute their next wake-up)."""
     if row.state == State.PENDING_AT and row.lifecycle == Lifecycle.ACTIVE:
         if row.pending_expires_finished <= timezone.now():
             notes.pending_ffqns.add(row.ffqn)
         else:
-            notes.timers = True
+            notes.scheduled = True
 
 
 def _apply(
