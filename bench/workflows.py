@@ -1,0 +1,552 @@
+#!/usr/bin/env python
+"""Workflow benchmark on PostgreSQL, next to the same run's baselines, in one run.
+
+Usage: python bench/workflows.py [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+
+It creates (and drops) its own database ``obelisk_bench_workflows`` on that server
+and measures, with no-op activities as children (``bench/workflow_components.py``):
+
+- sequential calls (Obelisk's "fibo" shape): one workflow making N direct calls
+  (``ctx.call`` in a loop), N = 100, 400, 800; ms per child call from the workflow's
+  ``Created`` to its ``Finished`` event (bar: <= 5 ms per call);
+- parallel children: 200 children submitted to one join set, then all awaited;
+  children/s over the same span (bar: >= 1,000/s);
+- both for a workflow with ``blocking="await"`` and one with ``blocking="interrupt"``;
+- replay: a history of 1k and of 10k recorded events (``ctx.random_u64`` calls), built once
+  by the cluster, then replayed in this process with ``replay.EventHistory`` and the function
+  (a writer that refuses every write: everything must match); ms per replay, the ratio
+  10k / 1k (linear: about 10) and the bar of < 1 s for 10k events. The sequential history
+  of the largest N is replayed too, as the shape an Interrupt run replays at every response;
+- CPU seconds of the worker cluster's processes and their resident memory (from /proc),
+  and the CPU of the whole PostgreSQL server (shared with anything else on it).
+
+Baselines, same run, same server: ``pgbench`` one-row insert (1 client) and the no-op
+activity drain of bench/run.py (executions/s, 3 events each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import bench.run  # noqa: E402
+from bench.run import Cluster, child_env, drain, pgbench, recreate_database  # noqa: E402
+
+# A database of its own, so that bench/run.py running at the same time does not drop it.
+bench.run.BENCH_DB = "obelisk_bench_workflows"
+
+MODULES = "bench.components,bench.workflow_components"
+# Measured as deployed: DJANGO_DEBUG defaults to 1 (every query timed and kept by Django).
+EXTRA_ENV = {"OBELISK_COMPONENT_MODULES": MODULES, "DJANGO_DEBUG": "0"}
+SEQUENTIAL = {"await": "bench:wf/ifc.sequential-await", "interrupt": "bench:wf/ifc.sequential-interrupt"}
+PARALLEL = {"await": "bench:wf/ifc.parallel-await", "interrupt": "bench:wf/ifc.parallel-interrupt"}
+RECORDED = "bench:wf/ifc.recorded-calls"
+CALL_BAR_MS = 5.0
+PARALLEL_BAR = 1000.0
+REPLAY_BAR_MS = 1000.0
+
+
+# ---------------------------------------------------------------------------------------
+# CPU and memory from /proc (no psutil)
+# ---------------------------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[str, list[str]] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+    return comm, raw[raw.rindex(")") + 2 :].split()
+
+
+def _all_parents() -> dict[int, tuple[int, str]]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            out[int(entry)] = (int(stat[1][1]), stat[0])
+    return out
+
+
+def process_tree(root: int) -> list[int]:
+    parents = _all_parents()
+    tree, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, (ppid, _) in parents.items() if ppid in frontier]
+        tree.extend(frontier)
+    return tree
+
+
+def cpu_seconds(pids: list[int], root: int) -> float:
+    """utime + stime of every live process, plus the reaped children of the root."""
+    total = 0
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is None:
+            continue
+        fields = stat[1]
+        total += int(fields[11]) + int(fields[12])
+        if pid == root:
+            total += int(fields[13]) + int(fields[14])
+    return total / TICK
+
+
+def rss_mib(pids: list[int]) -> tuple[float, float]:
+    """(sum, largest) VmRSS of the processes, MiB."""
+    sizes = []
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    sizes.append(int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+    return (sum(sizes), max(sizes)) if sizes else (0.0, 0.0)
+
+
+def postmaster_pid() -> int | None:
+    """The PostgreSQL server's root process, if it runs on this machine."""
+    parents = _all_parents()
+    for pid, (ppid, comm) in parents.items():
+        if comm in ("postgres", "postmaster") and parents.get(ppid, (0, ""))[1] not in ("postgres", "postmaster"):
+            return pid
+    return None
+
+
+class Meter:
+    """CPU of the worker cluster and of the server between ``start`` and ``stop``; the
+    cluster's peak resident memory, sampled every 0.2 s in between."""
+
+    def __init__(self, cluster_pid: int, server_pid: int | None):
+        self.cluster_pid, self.server_pid = cluster_pid, server_pid
+        self._stop = threading.Event()
+
+    def _cpu(self) -> tuple[float, float]:
+        worker = cpu_seconds(process_tree(self.cluster_pid), self.cluster_pid)
+        server = cpu_seconds(process_tree(self.server_pid), self.server_pid) if self.server_pid else float("nan")
+        return worker, server
+
+    def __enter__(self) -> Meter:
+        self.peak_rss = (0.0, 0.0)
+        self._stop.clear()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        self._cpu0 = self._cpu()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            total, largest = rss_mib(process_tree(self.cluster_pid))
+            self.peak_rss = (max(self.peak_rss[0], total), max(self.peak_rss[1], largest))
+
+    def __exit__(self, *exc) -> None:
+        cpu1 = self._cpu()
+        self._stop.set()
+        self._sampler.join()
+        self.worker_cpu = cpu1[0] - self._cpu0[0]
+        self.server_cpu = cpu1[1] - self._cpu0[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Running workflows on the cluster
+# ---------------------------------------------------------------------------------------
+
+
+class WorkflowCluster(Cluster):
+    """``manage.py obelisk_worker`` serving the no-op activity and the bench workflows."""
+
+    def __init__(self, url: str, workers: int):
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "obelisk_worker", "--workers", str(workers)],
+            cwd=ROOT,
+            env={**child_env(url), **EXTRA_ENV},
+            stdout=subprocess.DEVNULL,
+            stderr=open(ROOT / "var" / "bench-workflows-worker.log", "w"),  # noqa: SIM115
+        )
+
+
+@dataclass
+class Run:
+    what: str
+    n: int
+    seconds: float  # Created → Finished, from the log
+    runs: int  # distinct run ids of its Locked events: how many runs the workflow took
+    events: int
+    worker_cpu: float
+    server_cpu: float
+    rss: tuple[float, float]
+    execution_id: str = ""
+
+
+def run_workflow(ffqn: str, n: int, meter: Meter, timeout: float) -> Run | None:
+    """Submit ``ffqn(n)`` and wait for it; None (and the execution cancelled, so it does not
+    weigh on the next measure) when it does not finish within ``timeout`` seconds."""
+    from executions import errors, store
+    from executions.events import Created, Finished, Locked, Ok
+    from workers.submission import submit
+
+    with meter:
+        execution_id, _ = submit(ffqn, [n])
+        try:
+            retval = store.wait_for_finished_result(execution_id, timeout=timeout)
+        except errors.Timeout:
+            store.cancel(execution_id)
+            return None
+    if not isinstance(retval, Ok):
+        raise SystemExit(f"{ffqn}({n}) did not succeed: {retval}")
+    log = store.get(execution_id)
+    created = next(r.created_at for r in log.events if isinstance(r.event, Created))
+    finished = next(r.created_at for r in log.events if isinstance(r.event, Finished))
+    return Run(
+        what=ffqn,
+        n=n,
+        seconds=(finished - created).total_seconds(),
+        runs=len({r.event.run_id for r in log.events if isinstance(r.event, Locked)}),
+        events=len(log.events),
+        worker_cpu=meter.worker_cpu,
+        server_cpu=meter.server_cpu,
+        rss=meter.peak_rss,
+        execution_id=execution_id,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Replay in this process
+# ---------------------------------------------------------------------------------------
+
+
+class RefuseWrites:
+    """A replay of a complete history writes nothing; a write would be a mismatch."""
+
+    def append(self, version, events, creates):
+        raise AssertionError(f"replay tried to write {len(events)} event(s) at version {version}")
+
+    def stub(self, ffqn, target, retval):
+        raise AssertionError("replay tried to stub")
+
+
+def replay_once(log, spec) -> float:
+    """One replay of a finished workflow's whole history: seconds."""
+    from executions.events import Created, HistoryEventRecord
+    from workers import determinism
+    from workers.replay import EventHistory
+    from workers.workflow import WorkflowContext
+
+    execution_id = log.state.execution_id
+    params = next(r.event.params for r in log.events if isinstance(r.event, Created))
+    history = [r for r in log.events if isinstance(r.event, HistoryEventRecord)]
+    started = time.perf_counter()
+    events = EventHistory(execution_id, history, log.responses, next_version=log.next_version, writer=RefuseWrites())
+    ctx = WorkflowContext(events, execution_id)
+    with determinism.guarding():
+        spec.fn(ctx, *spec.decode_arguments(params))
+    events.finalize()
+    elapsed = time.perf_counter() - started
+    if events.is_replaying or events.poisoned is not None:
+        raise SystemExit(f"replay of {execution_id} did not match its history")
+    return elapsed
+
+
+def replay(execution_id: str, repeat: int) -> dict:
+    from executions import store
+    from executions.events import HistoryEventRecord
+    from workers.registry import load_components
+
+    started = time.perf_counter()
+    log = store.get(execution_id)
+    load = time.perf_counter() - started
+    spec = load_components()[log.state.ffqn]
+    replay_once(log, spec)  # warm-up
+    cpu0 = time.process_time()
+    samples = [replay_once(log, spec) for _ in range(repeat)]
+    cpu = (time.process_time() - cpu0) / repeat
+    return {
+        "events": sum(1 for r in log.events if isinstance(r.event, HistoryEventRecord)),
+        "responses": len(log.responses),
+        "ms": min(samples) * 1000,  # the least disturbed by other work on the machine
+        "cpu_ms": cpu * 1000,
+        "load_ms": load * 1000,
+    }
+
+
+def profile_replay(execution_id: str, top: int) -> str:
+    import cProfile
+    import io
+    import pstats
+
+    from executions import store
+    from workers.registry import load_components
+
+    log = store.get(execution_id)
+    spec = load_components()[log.state.ffqn]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    replay_once(log, spec)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "meets" if ok else "MISSES"
+
+
+@dataclass
+class Skipped:
+    """A measure not run: the projection from the smaller run exceeded the time budget, or
+    the workflow did not finish within its timeout (then it was cancelled)."""
+
+    n: int
+    reason: str
+
+
+def projected_seconds(previous: Run, n: int, strategy: str) -> float:
+    """Time of ``n`` calls from a smaller run: linear under Await; under Interrupt every call
+    replays the history so far, so the time grows with the square of N."""
+    exponent = 2 if strategy == "interrupt" else 1
+    return previous.seconds * (n / previous.n) ** exponent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 400, 800], help="N of the sequential workflow")
+    parser.add_argument("--parallel", type=int, default=200, help="children in the one join set")
+    parser.add_argument("--parallel-repeat", type=int, default=3, help="parallel runs per strategy, at most (median)")
+    parser.add_argument("--replay", type=int, nargs=2, default=[1000, 10000], help="history sizes (events)")
+    parser.add_argument("--replay-repeat", type=int, default=5)
+    parser.add_argument("--strategies", nargs="+", default=["await", "interrupt"], choices=["await", "interrupt"])
+    parser.add_argument("--workers", type=int, default=1, help="worker processes in the cluster")
+    parser.add_argument("--drain", type=int, default=5000, help="executions in the baseline drain")
+    parser.add_argument("--pgbench-seconds", type=int, default=5)
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60,
+        help="seconds: a sequential N whose projected time exceeds it is skipped, parallel runs are repeated "
+        "within it, and a workflow still running after 3x is cancelled (keeps the run near 5 minutes)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the 10k replay and print its top functions")
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark database afterwards")
+    args = parser.parse_args()
+    timeout = 3 * args.budget
+
+    url = recreate_database(args.database_url)
+    env = {**child_env(url), **EXTRA_ENV}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    os.environ.update(env)
+    import django
+
+    django.setup()
+
+    def note(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    note("baseline: pgbench")
+    baseline = pgbench(url, 1, args.pgbench_seconds)
+    note("baseline: no-op activity drain")
+    drained = drain(url, args.workers, args.drain)
+
+    cluster = WorkflowCluster(url, args.workers)
+    meter = Meter(cluster.process.pid, postmaster_pid())
+    sequential: dict[str, list[Run | Skipped]] = {}
+    parallel: dict[str, list[Run | Skipped]] = {}
+    built: list[Run | Skipped] = []
+    try:
+        note("warm-up")
+        for strategy in args.strategies:
+            run_workflow(SEQUENTIAL[strategy], 5, meter, timeout)
+            run_workflow(PARALLEL[strategy], 5, meter, timeout)
+        idle_rss = rss_mib(process_tree(cluster.process.pid))
+        for strategy in args.strategies:
+            rows = sequential.setdefault(strategy, [])
+            for n in sorted(args.sizes):
+                last = next((r for r in reversed(rows) if isinstance(r, Run)), None)
+                if last is not None and (projection := projected_seconds(last, n, strategy)) > args.budget:
+                    rows.append(Skipped(n, f"skipped: ~{projection:,.0f} s projected > --budget {args.budget:g}"))
+                    continue
+                note(f"sequential {strategy} N={n}")
+                run = run_workflow(SEQUENTIAL[strategy], n, meter, timeout)
+                rows.append(run or Skipped(n, f"not finished in {timeout:g} s: cancelled"))
+            rows = parallel.setdefault(strategy, [])
+            spent = 0.0
+            for i in range(args.parallel_repeat):
+                done = [r for r in rows if isinstance(r, Run)]
+                if done and spent + spent / len(done) > args.budget:
+                    break
+                note(f"parallel {strategy} {args.parallel} children ({i + 1}/{args.parallel_repeat})")
+                clock = time.monotonic()
+                run = run_workflow(PARALLEL[strategy], args.parallel, meter, timeout)
+                spent += time.monotonic() - clock
+                rows.append(run or Skipped(args.parallel, f"not finished in {timeout:g} s: cancelled"))
+                if run is None:
+                    break
+        for size in args.replay:
+            note(f"building a history of {size} recorded calls")
+            run = run_workflow(RECORDED, size, meter, timeout)
+            if run is None:
+                raise SystemExit(f"building the history of {size} events took over {timeout:g} s")
+            built.append(run)
+    finally:
+        cluster.stop()
+
+    replays = []
+    for run, size in zip(built, args.replay, strict=True):
+        note(f"replaying {size} events")
+        replays.append(
+            replay(run.execution_id, args.replay_repeat if size <= 2000 else max(2, args.replay_repeat // 2))
+        )
+    tree_replays = []
+    for strategy in args.strategies:
+        done = [r for r in sequential.get(strategy, []) if isinstance(r, Run)]
+        if done:
+            note(f"replaying the sequential {strategy} N={done[-1].n} history")
+            tree_replays.append((strategy, done[-1].n, replay(done[-1].execution_id, 3)))
+    load_after = Path("/proc/loadavg").read_text().split()[:3]
+
+    # -- the table ------------------------------------------------------------------------
+    host = urlparse(url)
+    print(
+        f"\nObelisk for Django: workflows, PostgreSQL at {host.hostname}:{host.port}, {args.workers} worker process(es)"
+    )
+    print(
+        f"baselines (same run): pgbench 1-row insert, 1 client: {baseline['tps']:,.0f} tx/s, "
+        f"p50 {baseline['p50']:.2f} ms / p99 {baseline['p99']:.2f} ms;  no-op activity drain: "
+        f"{drained['exec_s']:,.0f} exec/s ({drained['events_s']:,.0f} events/s)"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {' '.join(load_before)} at the start, "
+        f"{' '.join(load_after)} at the end (other work on the machine inflates every figure); "
+        f"this run took {time.monotonic() - started:,.0f} s"
+    )
+    print(f"worker cluster RSS after warm-up: {idle_rss[0]:.0f} MiB in all, largest process {idle_rss[1]:.0f} MiB\n")
+    header = (
+        f"{'measure':<38} | {'strategy':<9} | {'result':>17} | {'bar':>11} | {'verdict':<7} | "
+        f"{'runs':>5} | {'worker CPU':>14} | {'server CPU':>14} | {'peak RSS MiB':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+
+    def row(what, strategy, result, bar="", ok="", run: Run | None = None, per: float | None = None, unit=""):
+        cpu = f"{run.worker_cpu * 1000 / per:.2f} ms/{unit}" if run and per else ""
+        server = f"{run.server_cpu * 1000 / per:.2f} ms/{unit}" if run and per else ""
+        rss = f"{run.rss[0]:.0f} ({run.rss[1]:.0f})" if run else ""
+        runs = f"{run.runs}" if run else ""
+        print(
+            f"{what:<38} | {strategy:<9} | {result:>17} | {bar:>11} | {ok:<7} | {runs:>5} | {cpu:>14} | "
+            f"{server:>14} | {rss:>12}"
+        )
+
+    call_bar = f"<= {CALL_BAR_MS:g} ms"
+    for strategy in args.strategies:
+        for run in sequential.get(strategy, []):
+            if isinstance(run, Skipped):
+                print(f"{f'sequential ctx.call, N={run.n}':<38} | {strategy:<9} | {run.reason}")
+                continue
+            per_call = run.seconds * 1000 / run.n
+            row(
+                f"sequential ctx.call, N={run.n}", strategy, f"{per_call:.2f} ms/call", call_bar,
+                verdict(per_call <= CALL_BAR_MS), run, run.n, "call",
+            )  # fmt: skip
+        runs = [r for r in parallel.get(strategy, []) if isinstance(r, Run)]
+        for skipped in (r for r in parallel.get(strategy, []) if isinstance(r, Skipped)):
+            print(f"{f'parallel join set, {skipped.n} children':<38} | {strategy:<9} | {skipped.reason}")
+        if runs:
+            ordered = sorted(runs, key=lambda r: r.n / r.seconds)
+            median = ordered[len(ordered) // 2]
+            rate = median.n / median.seconds
+            row(
+                f"parallel join set, {args.parallel} children", strategy, f"{rate:,.0f} children/s",
+                f">= {PARALLEL_BAR:,.0f}/s", verdict(rate >= PARALLEL_BAR), median, median.n, "child",
+            )  # fmt: skip
+            if len(runs) > 1:
+                print(f"{'':<38} | {'':<9} | {'of ' + ', '.join(f'{r.n / r.seconds:,.0f}' for r in runs):>17} |")
+    for run in built:
+        rate = run.n / run.seconds
+        row(
+            f"recorded calls (random_u64), N={run.n:,}",
+            "await",
+            f"{rate:,.0f} calls/s",
+            run=run,
+            per=run.n,
+            unit="call",
+        )
+    for size, result in zip(args.replay, replays, strict=True):
+        big = size >= 10000
+        row(
+            f"replay {result['events']:,} events (in-process)", "-", f"{result['ms']:.1f} ms/replay",
+            f"< {REPLAY_BAR_MS:g} ms" if big else "", verdict(result["ms"] < REPLAY_BAR_MS) if big else "",
+        )  # fmt: skip
+    ratio = replays[1]["cpu_ms"] / replays[0]["cpu_ms"]  # CPU time: steadier than wall time on a busy machine
+    size_ratio = replays[1]["events"] / replays[0]["events"]
+    row(
+        f"replay CPU ratio {replays[1]['events']:,} / {replays[0]['events']:,}", "-", f"{ratio:.2f}",
+        f"~{size_ratio:.0f} linear", verdict(ratio <= 1.5 * size_ratio),
+    )  # fmt: skip
+    for strategy, n, result in tree_replays:
+        row(f"replay of the sequential N={n} run", strategy, f"{result['ms']:.1f} ms/replay")
+    print()
+    for result in replays:
+        print(
+            f"replay {result['events']:,} events: {result['ms'] * 1000 / result['events']:.1f} µs/event, "
+            f"CPU {result['cpu_ms']:.1f} ms/replay; loading the history from the database "
+            f"(store.get): {result['load_ms']:.1f} ms"
+        )
+    for strategy, n, result in tree_replays:
+        items = result["events"] + result["responses"]
+        print(
+            f"replay of the sequential N={n} run ({strategy}): {result['events']:,} history events + "
+            f"{result['responses']:,} responses, {result['ms'] * 1000 / items:.1f} µs/item; "
+            f"loading it: {result['load_ms']:.1f} ms"
+        )
+    print(
+        "\n(sequential / parallel / recorded calls: the workflow's Created → Finished, from its log, on a warm "
+        "cluster; runs: the workflow's runs (distinct run ids of its Locked events); worker CPU: utime+stime of "
+        "the cluster's processes per call or child; server CPU: the whole PostgreSQL server's processes, shared "
+        "with anything else using it; peak RSS: all cluster processes (largest one), sampled every 0.2 s; "
+        "replay: fastest of several in-process replays of a finished workflow's whole history, nothing written)"
+    )
+    if args.profile:
+        print("\ncProfile of one replay of the largest history:\n")
+        print(profile_replay(built[-1].execution_id, 25))
+    if not args.keep:
+        drop_database(args.database_url)
+
+
+def drop_database(admin_url: str) -> None:
+    import psycopg
+    from django.db import connections
+
+    from executions import notify
+
+    notify.stop_listening()
+    connections.close_all()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {bench.run.BENCH_DB} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()
