@@ -26,7 +26,7 @@ from executions.store.common import (
 )
 from executions.store.datatypes import AppendItem, AttemptFailed, CreateRequest, Fence
 from executions.store.transitions import (
-    _append_in_tx,
+    _append_events_in_tx,
     _Applied,
     _apply,
     _create_in_tx,
@@ -89,12 +89,12 @@ def append_batch_create_new_execution(
         prepared.append((child_id, created, child.paused))
     with _write_transaction():
         row = _row_for_update(execution_id)
-        notes = notify.Notes()
-        for event in events:
-            version = _append_in_tx(row, version, event, now, fence, notes)
+        notes, statements = notify.Notes(), Statements()
+        version = _append_events_in_tx(row, version, events, now, fence, notes, statements)
         for child_id, created, paused in prepared:
-            _create_in_tx(child_id, created, paused, now, notes)
-        notes.publish()
+            _create_in_tx(child_id, created, paused, now, notes, statements, parent_locked=True)
+        notes.publish(statements)
+        statements.run()
     return version
 
 

@@ -22,6 +22,7 @@ from executions.events import (
     Event,
     ExecutionFailure,
     Finished,
+    HistoryEventRecord,
     JoinNext,
     JoinNextTry,
     JoinSetCreate,
@@ -152,10 +153,12 @@ def _create_in_tx(
     now: datetime,
     notes: notify.Notes,
     statements: Statements | None = None,
+    parent_locked: bool = False,
 ) -> int:
     """Insert the state row and the ``Created`` event (into ``statements`` if given, for
-    the caller to run with its other writes)."""
-    if created.parent and not ExecutionState.objects.filter(pk=created.parent[0]).exists():
+    the caller to run with its other writes). ``parent_locked``: the caller holds the
+    parent's row lock, so it exists."""
+    if created.parent and not parent_locked and not ExecutionState.objects.filter(pk=created.parent[0]).exists():
         # A child's result must reach its parent when it finishes; an orphan never could.
         raise errors.NotFound(f"parent execution `{created.parent[0]}` not found")
     row = _state_row(execution_id, created, now)
@@ -525,6 +528,46 @@ def _append_in_tx(
     applied = _apply(row, version, event, now, fence, notes)
     _write_applied(row, applied)
     return applied.next_version
+
+
+def _append_events_in_tx(
+    row: ExecutionState,
+    version: int | None,
+    events: list[Event],
+    now: datetime,
+    fence: Fence | None,
+    notes: notify.Notes,
+    statements: Statements,
+) -> int:
+    """Append ``events`` to one locked row, in order, with one ``INSERT`` for their log rows
+    and one ``UPDATE`` of the projection (the row's state after the last event), added to
+    ``statements``; writes to other tables follow. A join-next counts the responses consumed
+    before it in the log, so the earlier events of the batch are written before one is
+    applied. Returns the next version."""
+    pending: list[ExecutionEvent] = []
+    fields: set[str] = set()
+    after: list = []
+    for event in events:
+        if pending and _counts_consumed(event):
+            statements.insert(ExecutionEvent, pending, EVENT_FIELDS)
+            statements.run()
+            pending = []
+        applied = _apply(row, version, event, now, fence, notes)
+        pending.append(applied.event_row)
+        fields |= applied.fields
+        after.extend(applied.after)
+        version = applied.next_version
+    statements.insert(ExecutionEvent, pending, EVENT_FIELDS)
+    statements.update(ExecutionState, [row.pk], {name: getattr(row, name) for name in sorted(fields)})
+    if after:
+        statements.run()
+        for action in after:
+            action()
+    return version
+
+
+def _counts_consumed(event: Event) -> bool:
+    return isinstance(event, HistoryEventRecord) and isinstance(event.event, (JoinNext, JoinNextTry))
 
 
 def _deliver_response(
