@@ -148,7 +148,10 @@ class Watchdog:
             run.flush_at = run.started + self.SLOW_RUN if flush_if_slow else None
             if hand_back_if_long:
                 run.hand_back_at = run.started + conf.get("HAND_BACK_AFTER").total_seconds()
-            if self._next_wake(run) < time.monotonic() + self.IDLE_TICK:
+            # The hand-back waits for the idle tick (at most IDLE_TICK late): waking the
+            # watchdog for it would cost every short activity of a batch a GIL hand-off.
+            wake = min(run.deadline, self._extension_due(run), run.flush_at or run.deadline)
+            if wake < time.monotonic() + self.IDLE_TICK:
                 self.lock.notify_all()
 
     def end(self, run: WatchedRun) -> None:
