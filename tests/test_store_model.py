@@ -5,15 +5,18 @@ real store (``executions.store``, on the real database) through random sequences
 operations and compares everything observable after every step with a model written from
 the specification, not from the store's code: spec 000 §4 (states), §5 (the state machine),
 §6 (lock rules, responses), §10 (retries and lock expiry), the decisions in
-``shared/spec/README.md`` (12 lock rules, 13 idempotent create, 14 cancel, 15 exact values)
-and ``docs/decisions.md`` (D8 revocation, D9 order of checks, D9a fenced writes without a
-version, D10 child responses, D11 expired cancelling locks, D12 retries decided in the store,
-D18 cancel outcomes, D19 create), plus the contract of issue 11 (items 2, 6, 7, 8, 9, 10).
+``shared/spec/README.md`` (9 join-next counting, 12 lock rules, 13 idempotent create, 14
+cancel, 15 exact values) and ``docs/decisions.md`` (D8 revocation, D9 order of checks, D9a
+fenced writes without a version, D10 child responses, D11 expired cancelling locks, D12
+retries decided in the store, D18 cancel outcomes, D19 create, D26 cancelling workflows wait
+for their children, D27 renewals are heartbeats, D30 expired locks count), plus the contract
+of issue 11 (items 2, 5, 6, 7, 8, 9, 10).
 
-The clock is the model's: every store call gets ``now=``, and a rule moves it forward.
-Where a rule's outcome is not settled by the specification, the rule does not run (it is
-not guessed). The plain tests at the end pin, one by one, the disagreements the machine
-found, so each has a minimal reproduction named by the guarantee it holds.
+The clock is the model's: every store call gets ``now=``, and rules move it forward. Where
+the specification does not settle an outcome, the rule does not make that call rather than
+guess. The scripted runs at the end drive the same machine through the paths random runs
+reach only sometimes (a cancelling workflow waiting for its child, a JoinNext finding its
+response, keep-warm and re-lock generations, retries running out), so every run covers them.
 """
 
 from __future__ import annotations
