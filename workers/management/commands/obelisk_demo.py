@@ -81,9 +81,10 @@ class Command(ObeliskCommand):
             self.stdout.write("\nCreated the operator account admin / admin (local demo database only).")
         database = settings.DATABASES["default"]["NAME"]
         self.stdout.write(
-            "\nWhere to look: python manage.py runserver, then open\n"
+            "\nWhere to look: .venv/bin/python manage.py runserver, then open\n"
             "  http://127.0.0.1:8000/admin/executions/executionstate/   (executions, their events and responses)\n"
             "  http://127.0.0.1:8000/admin/django_q/                    (worker cluster, failed tasks)\n"
             f"Database: {database}\n"
-            "CLI: python manage.py obelisk_list | obelisk_status <id> --history | obelisk_submit | obelisk_cancel"
+            "CLI: .venv/bin/python manage.py obelisk_list | obelisk_status <id> --history --logs --tree | "
+            "obelisk_submit | obelisk_cancel"
         )
