@@ -24,10 +24,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from executions import errors, store
+from executions import store
 from executions.events import ExecutionFailure, Ok, TemporarilyTimedOut, Unlocked
 from executions.state_machine import State
-from tests.workers_support import WorkerCluster, report_log, wait_for_marker, wait_until
+from tests.workers_support import outcomes as wait_for_outcomes
+from tests.workers_support import started_clusters, wait_for_marker, wait_until
 from workers.submission import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -44,38 +45,13 @@ STOP_LIMIT = 45  # seconds: safety limit for a cluster to exit after SIGTERM (gr
 
 @pytest.fixture
 def clusters(django_db_setup, request, tmp_path):
-    """``start(workers, env=...)`` starts a cluster of this test's own; every cluster
-    started is stopped at teardown, and their logs are printed if the test failed."""
-    started: list[WorkerCluster] = []
-
-    def start(workers: int = 1, *, env: dict[str, str] | None = None, wait: bool = True) -> WorkerCluster:
-        number = len(started) + 1
-        cluster = WorkerCluster(tmp_path / f"cluster-{number}.log", workers=workers, name=f"cluster {number}", env=env)
-        started.append(cluster)
-        return cluster.start(wait=wait)
-
-    failed = request.session.testsfailed
-    try:
+    """``start(workers, env=...)``: clusters of this test's own (``started_clusters``)."""
+    with started_clusters(request, tmp_path, default_workers=1) as start:
         yield start
-    finally:
-        for cluster in started:
-            cluster.stop()
-        if request.session.testsfailed > failed:
-            report_log(request, started)
 
 
 def outcomes(execution_ids: list[str], timeout: float = WAIT) -> dict[str, object]:
-    """Wait for the executions to finish; returns each one's value, or ``"unfinished
-    (<state>)"`` for those still unfinished at the safety limit, so a failed comparison
-    shows what went wrong instead of a bare timeout."""
-    try:
-        return store.wait_for_finished(execution_ids, timeout=timeout)
-    except errors.Timeout:
-        found = store.get_finished_results(execution_ids)
-        return {
-            execution_id: found.get(execution_id, f"unfinished ({store.get_state(execution_id).state})")
-            for execution_id in execution_ids
-        }
+    return wait_for_outcomes(execution_ids, timeout)
 
 
 def variants(execution_id: str) -> list[str]:

@@ -33,7 +33,14 @@ from executions.events import (
     TemporarilyFailed,
     TemporarilyTimedOut,
 )
-from tests.workers_support import WorkerCluster, process_alive, report_log, wait_for_marker, wait_until
+from tests.workers_support import (
+    WorkerCluster,
+    process_alive,
+    report_log,
+    started_clusters,
+    wait_for_marker,
+    wait_until,
+)
 from workers.submission import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -100,25 +107,10 @@ def cluster(cluster_pool, request) -> WorkerCluster:
 @pytest.fixture
 def own_clusters(cluster_pool, request, tmp_path):
     """``start(workers)`` starts a cluster of this test's own (the shared one is stopped);
-    every cluster started is stopped at teardown."""
+    every cluster started is stopped at teardown (``started_clusters``)."""
     cluster_pool.stop_shared()
-    clusters: list[WorkerCluster] = []
-
-    def start(workers: int = 2, *, wait: bool = True) -> WorkerCluster:
-        c = WorkerCluster(
-            tmp_path / f"cluster-{len(clusters) + 1}.log", workers=workers, name=f"cluster {len(clusters) + 1}"
-        )
-        clusters.append(c)
-        return c.start(wait=wait)
-
-    failed = request.session.testsfailed
-    try:
+    with started_clusters(request, tmp_path, default_workers=2) as start:
         yield start
-    finally:
-        for c in clusters:
-            c.stop()
-        if request.session.testsfailed > failed:
-            report_log(request, clusters)
 
 
 # ---------------------------------------------------------------------------------------

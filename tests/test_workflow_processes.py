@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import tests.workflow_components as wfc
-from executions import errors, store
+from executions import store
 from executions.events import (
     ChildExecutionRequest,
     Created,
@@ -41,7 +41,8 @@ from executions.events import (
     TemporarilyTimedOut,
 )
 from executions.models import ExecutionState
-from tests.workers_support import WorkerCluster, process_alive, report_log, wait_until
+from tests.workers_support import outcomes as wait_for_outcomes
+from tests.workers_support import process_alive, started_clusters, wait_until
 from workers.submission import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -52,42 +53,16 @@ WAIT = 90  # seconds: safety limit for a workflow to finish
 
 @pytest.fixture
 def clusters(django_db_setup, request, tmp_path):
-    """``start(workers)`` starts a cluster serving ``tests.workflow_components``; every
-    cluster started is stopped at teardown, and their logs are printed if the test failed."""
-    started: list[WorkerCluster] = []
-
-    def start(workers: int = 2, *, wait: bool = True) -> WorkerCluster:
-        number = len(started) + 1
-        cluster = WorkerCluster(
-            tmp_path / f"cluster-{number}.log",
-            workers=workers,
-            name=f"cluster {number}",
-            env={"OBELISK_COMPONENT_MODULES": MODULES},
-        )
-        started.append(cluster)
-        return cluster.start(wait=wait)
-
-    failed = request.session.testsfailed
-    try:
+    """``start(workers)``: clusters of this test's own serving ``tests.workflow_components``
+    (``started_clusters``)."""
+    with started_clusters(
+        request, tmp_path, default_workers=2, default_env={"OBELISK_COMPONENT_MODULES": MODULES}
+    ) as start:
         yield start
-    finally:
-        for cluster in started:
-            cluster.stop()
-        if request.session.testsfailed > failed:
-            report_log(request, started)
 
 
 def outcomes(execution_ids: list[str], timeout: float = WAIT) -> dict[str, object]:
-    """Each execution's value, or ``"unfinished (<state>)"`` for those still unfinished at
-    the safety limit (so a failed comparison shows what went wrong, not a bare timeout)."""
-    try:
-        return store.wait_for_finished(execution_ids, timeout=timeout)
-    except errors.Timeout:
-        found = store.get_finished_results(execution_ids)
-        return {
-            execution_id: found.get(execution_id, f"unfinished ({store.get_state(execution_id).state})")
-            for execution_id in execution_ids
-        }
+    return wait_for_outcomes(execution_ids, timeout)
 
 
 def outcome(execution_id: str, timeout: float = WAIT):

@@ -12,6 +12,7 @@ the test activities (``tests/components.py``) write into marker files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -239,3 +240,42 @@ def report_log(request, clusters, since: dict | None = None) -> None:
             reporter.write_line(text[-20000:])
         else:
             print(header, text[-20000:], sep="\n", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def started_clusters(request, directory: Path, *, default_workers: int = 1, default_env: dict | None = None):
+    """For one test: ``start(workers, env=..., wait=True)`` starts a cluster of its own;
+    every cluster started is stopped when the block ends, and their logs are printed if
+    the test failed."""
+    started: list[WorkerCluster] = []
+
+    def start(workers: int = default_workers, *, env: dict | None = default_env, wait: bool = True) -> WorkerCluster:
+        number = len(started) + 1
+        cluster = WorkerCluster(directory / f"cluster-{number}.log", workers=workers, name=f"cluster {number}", env=env)
+        started.append(cluster)
+        return cluster.start(wait=wait)
+
+    failed = request.session.testsfailed
+    try:
+        yield start
+    finally:
+        for cluster in started:
+            cluster.stop()
+        if request.session.testsfailed > failed:
+            report_log(request, started)
+
+
+def outcomes(execution_ids: list[str], timeout: float) -> dict[str, object]:
+    """Wait for the executions to finish; each one's value, or ``"unfinished (<state>)"``
+    for those still unfinished at the safety limit, so a failed comparison shows what went
+    wrong instead of a bare timeout."""
+    from executions import errors, store
+
+    try:
+        return store.wait_for_finished(execution_ids, timeout=timeout)
+    except errors.Timeout:
+        found = store.get_finished_results(execution_ids)
+        return {
+            execution_id: found.get(execution_id, f"unfinished ({store.get_state(execution_id).state})")
+            for execution_id in execution_ids
+        }
