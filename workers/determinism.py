@@ -169,9 +169,9 @@ def _guarded_callables() -> dict[int, object]:
     return out
 
 
-def _proxies() -> dict[int, types.ModuleType]:
+def _proxies(replacements: dict[int, object]) -> dict[int, types.ModuleType]:
+    """id(module) -> its stand-in, whose guarded functions are ``replacements``'."""
     proxies = {id(_datetime): _GuardedModule(_datetime, {"datetime": _GuardedDateTime, "date": _GuardedDate})}
-    replacements = _guarded_callables()
     for module, names in _GUARDED.items():
         overrides = {a: replacements[id(getattr(module, a))] for a in names if hasattr(module, a)}
         proxies[id(module)] = _GuardedModule(module, overrides)
@@ -186,7 +186,8 @@ def guard_module(module: types.ModuleType) -> None:
     (idempotent)."""
     global _REPLACEMENTS
     if _REPLACEMENTS is None:
-        _REPLACEMENTS = {**_guarded_callables(), **_proxies()}
+        callables = _guarded_callables()
+        _REPLACEMENTS = {**callables, **_proxies(callables)}
     namespace = vars(module)
     for name, value in list(namespace.items()):
         replacement = _REPLACEMENTS.get(id(value))
