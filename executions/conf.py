@@ -22,6 +22,12 @@ DEFAULTS = {
     "OUTAGE_LOCK_GRACE": timedelta(seconds=5),
     # Where no LISTEN/NOTIFY exists (SQLite), waiters poll this often.
     "POLL_INTERVAL": timedelta(milliseconds=50),
+    # Retention: finished top-level executions (with their whole trees and everything that
+    # belongs to them) are deleted this long after they finished, by `obelisk_retention`
+    # or its hourly schedule (a timedelta). None keeps them forever.
+    "RETENTION": None,
+    # Top-level executions deleted per retention transaction.
+    "RETENTION_BATCH_SIZE": 1000,
 }
 
 

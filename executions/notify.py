@@ -11,7 +11,9 @@ costs latency, never correctness. SQLite has no LISTEN, so there a waiter polls 
 Channels and payloads (newline-separated, split to stay under PostgreSQL's 8000 bytes):
 
 - ``obelisk_pending``: function names that got work due now;
-- ``obelisk_finished``: execution ids that finished;
+- ``obelisk_finished``: execution ids that finished, each followed by a tab and its
+  return value's JSON when that is short (``finished_item``): a waiter has the result
+  without reading it back;
 - ``obelisk_response``: parent execution ids that got a join-set response;
 - ``obelisk_cancel``: execution ids whose cancellation was requested;
 - ``obelisk_timer``: empty; a delay or lock with a new expiry was written (the sweep);
@@ -21,11 +23,14 @@ Channels and payloads (newline-separated, split to stay under PostgreSQL's 8000 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connections, transaction
 
@@ -75,9 +80,22 @@ class Notes:
     def publish(self, statements=None, using: str = "default") -> None:
         """Call inside the operation's transaction, after its last write. With
         ``statements`` (an ``executions.sql.Statements``) the NOTIFY joins that batch."""
+        if self.add_to(statements, using):
+            messages = self.messages()
+            transaction.on_commit(lambda: _HUB.deliver(messages), using=using)
+
+    def deliver_locally(self) -> None:
+        """For a batch sent as its own transaction (``Statements.run_in_own_transaction``):
+        wake this process's listeners once it has committed."""
+        if messages := self.messages():
+            _HUB.deliver(messages)
+
+    def add_to(self, statements=None, using: str = "default") -> bool:
+        """Add the NOTIFY (PostgreSQL) to ``statements``, or run it now; whether there
+        was anything to announce."""
         messages = self.messages()
         if not messages:
-            return
+            return False
         if is_postgres(using):
             placeholders = ", ".join("pg_notify(%s, %s)" for _ in messages)
             sql, params = f"SELECT {placeholders}", [part for message in messages for part in message]
@@ -86,7 +104,23 @@ class Notes:
             else:
                 with connections[using].cursor() as cursor:
                     cursor.execute(sql, params)
-        transaction.on_commit(lambda: _HUB.deliver(messages), using=using)
+            _HUB.own_session(connections[using].connection)
+        return True
+
+
+FINISHED_VALUE_LIMIT = 1000  # characters of return-value JSON carried in a notification
+
+
+def finished_item(execution_id: str, retval_json: Any) -> str:
+    """An ``obelisk_finished`` item: the id, with the value's JSON if it is short."""
+    text = json.dumps(retval_json, separators=(",", ":"), ensure_ascii=False)
+    return f"{execution_id}\t{text}" if len(text) <= FINISHED_VALUE_LIMIT else execution_id
+
+
+def parse_finished_item(item: str) -> tuple[str, Any | None]:
+    """``(execution id, return value JSON or None)`` of an ``obelisk_finished`` item."""
+    execution_id, _, text = item.partition("\t")
+    return execution_id, (json.loads(text) if text else None)
 
 
 def _chunks(items: list[str]):
@@ -104,11 +138,13 @@ def _chunks(items: list[str]):
 class _Hub:
     """Fans notifications out to the ``Listener``s of this process.
 
-    Commits made in this process arrive through ``local()`` (``transaction.on_commit``).
+    Commits made in this process arrive through ``deliver()`` (``transaction.on_commit``).
     On PostgreSQL one thread per process holds a connection that ``LISTEN``s on every
     channel and delivers what other processes commit; it is started by the first listener
     (which waits until ``LISTEN`` is in place, so nothing committed after it returns is
-    missed) and restarted after a fork or a lost connection.
+    missed) and restarted after a fork or a lost connection. The server also echoes this
+    process's own notifications; those are dropped (they were delivered at commit), so a
+    commit wakes each waiter once, not twice (``own_session``).
     """
 
     def __init__(self):
@@ -120,12 +156,25 @@ class _Hub:
         self._thread: threading.Thread | None = None
         self._conn = None
         self._stopping = False
+        self._own: dict[int, weakref.ref] = {}
 
     def subscribe(self, listener: Listener, using: str) -> None:
         with self._lock:
             self._listeners.add(listener)
         if is_postgres(using):
             self._ensure_thread(using)
+
+    def own_session(self, dbapi_connection) -> None:
+        """Remember a session of this process that sends notifications: the server's echo
+        of them is not delivered again. Keyed by server process id; a closed session no
+        longer counts (its id may be reused by another process's session)."""
+        if dbapi_connection is not None:
+            self._own[dbapi_connection.info.backend_pid] = weakref.ref(dbapi_connection)
+
+    def _is_own(self, backend_pid: int) -> bool:
+        ref = self._own.get(backend_pid)
+        session = ref() if ref is not None else None
+        return session is not None and not session.closed
 
     def unsubscribe(self, listener: Listener) -> None:
         with self._lock:
@@ -141,6 +190,7 @@ class _Hub:
         with self._lock:
             if self._pid != os.getpid():  # first use, or we are a forked child
                 self._pid = os.getpid()
+                self._own = {}
                 self._ready = threading.Event()
                 self._params = _connection_params(using)
                 self._thread = threading.Thread(target=self._run, name="obelisk-listen", daemon=True)
@@ -166,7 +216,8 @@ class _Hub:
                 self._conn = conn
                 while pid == os.getpid() and not self._stopping:
                     for note in conn.notifies(timeout=1.0):
-                        self.deliver([(note.channel, note.payload)])
+                        if not self._is_own(note.pid):
+                            self.deliver([(note.channel, note.payload)])
                 conn.close()
                 return
             except Exception as error:  # connection lost: listeners fall back to timed re-checks

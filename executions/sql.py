@@ -29,8 +29,11 @@ class Statements:
     def add(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._items.append((sql, list(params)))
 
-    def insert(self, model: type[Model], objects: Iterable[Model], fields: Sequence[str]) -> None:
-        """``INSERT`` the objects' ``fields`` (one multi-row statement)."""
+    def insert(
+        self, model: type[Model], objects: Iterable[Model], fields: Sequence[str], *, ignore_conflicts: bool = False
+    ) -> None:
+        """``INSERT`` the objects' ``fields`` (one multi-row statement); with
+        ``ignore_conflicts``, rows that would violate a unique constraint are skipped."""
         objects = list(objects)
         if not objects:
             return
@@ -38,6 +41,8 @@ class Statements:
         row = "(" + ", ".join(["%s"] * len(meta_fields)) + ")"
         columns = ", ".join(_quote(f.column) for f in meta_fields)
         sql = f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES " + ", ".join([row] * len(objects))
+        if ignore_conflicts:
+            sql += " ON CONFLICT DO NOTHING"
         params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objects for f in meta_fields]
         self.add(sql, params)
 
@@ -61,6 +66,19 @@ class Statements:
         where = ", ".join(["%s"] * len(pks))
         sql = f"UPDATE {_quote(meta.db_table)} SET {', '.join(assignments)} WHERE {_quote(meta.pk.column)} IN ({where})"
         self.add(sql, params + list(pks))
+
+    def can_run_in_own_transaction(self) -> bool:
+        """Whether ``run_in_own_transaction`` sends one message: on PostgreSQL, outside any
+        ``atomic`` block."""
+        return connection.vendor == "postgresql" and not connection.in_atomic_block and connection.get_autocommit()
+
+    def run_in_own_transaction(self) -> list[tuple]:
+        """Run everything collected as one transaction in one round trip: PostgreSQL runs
+        the statements of one simple-protocol message as a single implicit transaction,
+        all or nothing, committed at its end (no ``BEGIN``/``COMMIT`` round trips). Only
+        when ``can_run_in_own_transaction``."""
+        assert self.can_run_in_own_transaction()
+        return self.run()
 
     def run(self) -> list[tuple]:
         """Execute everything collected; return the rows of the last statement (if any)."""

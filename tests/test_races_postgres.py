@@ -311,14 +311,17 @@ def test_parent_joining_while_children_finish_is_always_woken(round_):
 
 def received_until(source, channel: str, item: str, *, wait: float) -> set[tuple[str, str]]:
     """Everything that arrives on ``source`` (a ``notify.Listener`` or a raw psycopg
-    connection) until ``(channel, item)`` does or ``wait`` seconds pass."""
+    connection) until ``(channel, item)`` does or ``wait`` seconds pass. Items are execution
+    ids or function names (a finished item's return value is dropped)."""
     got: set[tuple[str, str]] = set()
     deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0 and (channel, item) not in got:
         if isinstance(source, notify.Listener):
-            got |= {(n.channel, i) for n in source.wait(left) for i in n.items}
+            arrived = [(n.channel, i) for n in source.wait(left) for i in n.items]
         else:
-            got |= {(n.channel, i) for n in source.notifies(timeout=left, stop_after=1) for i in n.payload.split("\n")}
+            notes = source.notifies(timeout=left, stop_after=1)
+            arrived = [(n.channel, i) for n in notes for i in n.payload.split("\n")]
+        got |= {(channel, notify.parse_finished_item(i)[0]) for channel, i in arrived}
     return got
 
 

@@ -946,6 +946,45 @@ def test_batching_flushes_at_n_and_before_a_blocking_write_each_in_one_transacti
     assert_versions_contiguous(execution_id)
 
 
+def test_join_nexts_whose_responses_are_in_hand_are_buffered_and_a_crash_before_the_flush_loses_nothing():
+    """D46: under Await with a buffer, a join-next whose response the run already holds
+    cannot block, so it waits in the buffer instead of costing a transaction. A run that
+    ends before the flush loses those join-nexts; the next run writes them again and
+    consumes the same responses, in the same order."""
+    execution_id = new_driven()
+    run1 = start_run(execution_id)
+    join_set = run1.history.create_join_set()
+    children = [run1.history.submit(join_set, FN1, []) for _ in range(3)]
+    with pytest.raises(WorkflowInterrupt):
+        run1.history.await_next(join_set, FN1)
+    for value, child in enumerate(children, start=1):
+        finish_child(str(child), Ok(value))
+
+    def replay_submissions(run: Run) -> None:
+        run.history.create_join_set()
+        for _ in children:
+            run.history.submit(join_set, FN1, [])
+
+    run2 = start_run(execution_id, AWAIT_100)
+    replay_submissions(run2)
+    assert run2.history.await_next(join_set, FN1) == (children[0], Ok(1))  # recorded by run 1
+    written = len(history_events(execution_id))
+    assert run2.history.await_next(join_set, FN1) == (children[1], Ok(2))
+    assert run2.history.await_next(join_set, FN1) == (children[2], Ok(3))
+    assert len(history_events(execution_id)) == written, "a join-next with its response in hand was written at once"
+    run2.hand_back()  # the run ends without a flush: its buffered join-nexts are lost
+
+    run3 = start_run(execution_id, AWAIT_100)
+    replay_submissions(run3)
+    got = [run3.history.await_next(join_set, FN1) for _ in children]
+    assert got == [(child, Ok(value)) for value, child in enumerate(children, start=1)]
+    run3.end()
+    join_nexts = [event for _, event in history_events(execution_id) if isinstance(event, JoinNext)]
+    assert len(join_nexts) == 3
+    assert sorted(children_of(execution_id)) == sorted(str(child) for child in children)
+    assert_versions_contiguous(execution_id)
+
+
 def test_a_lease_close_to_expiry_is_renewed_at_a_host_call():
     """Decision 5, §4.3: a host call that finds the lock close to expiry renews it. While the
     row is locked the renewal is a heartbeat in ``t_state`` (no event, D27); when a resolved

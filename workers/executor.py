@@ -40,6 +40,14 @@ logger = logging.getLogger("obelisk.executor")
 RESULT_WRITE_PATIENCE = 60.0
 
 
+@dataclass(frozen=True)
+class _Due:
+    """Which kinds of claim are worth a transaction."""
+
+    activities: bool
+    workflows: bool
+
+
 @dataclass
 class ExecutorStats:
     claimed: int = 0
@@ -84,6 +92,7 @@ class ActivityExecutor:
         self._unstarted: list[store.LockedExecution] = []
         self._unstarted_lock = threading.Lock()  # the watchdog hands them back during long runs
         self._outage = Outage(logger, "executor")
+        self._workflows_waiting = False  # a workflow was due while the pool was full
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds.
@@ -102,31 +111,30 @@ class ActivityExecutor:
         deadline = time.monotonic() + budget
         idle_until = time.monotonic() + linger
         done = 0
+        due = _Due(activities=True, workflows=True)  # nothing known yet: look for both
         try:
             if self._listener is None:
                 self._listener = notify.Listener([notify.PENDING])
             while time.monotonic() < deadline and not shutdown.stopping():
-                started = self._start_workflows()
-                batch = store.lock_pending(
-                    self.terms,
-                    limit=self.batch_size,
-                    executor_id=self.executor_id,
-                    run_id=new_run_id(),
-                    deployment_id=self.deployment_id,
-                )
-                self._outage.recovered()
+                limit = self.batch_size
+                started = self._start_workflows() if due.workflows else 0
+                batch = self._claim_activities(limit) if due.activities else []
+                # A full claim may have left more behind; otherwise what comes due next is
+                # announced to the listener, which was subscribed before the claim.
+                due = _Due(activities=len(batch) >= limit, workflows=started > 0)
                 if batch:
                     self._activity_seconds = 0.0
                     self.run_batch(batch)
                     self._adapt(len(batch), self._activity_seconds)
                     done += len(batch)
                     idle_until = time.monotonic() + linger
-                    continue
                 if started:
                     done += started
                     idle_until = time.monotonic() + linger
+                if due.activities or due.workflows:
                     continue
-                if not self._wait_for_work(idle_until):
+                due = self._wait_for_work(idle_until)
+                if due is None:
                     break
         except DATABASE_ERRORS as error:
             time.sleep(self._outage.failed(error))
@@ -134,12 +142,25 @@ class ActivityExecutor:
             self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
         return done
 
+    def _claim_activities(self, limit: int) -> list[store.LockedExecution]:
+        batch = store.lock_pending(
+            self.terms,
+            limit=limit,
+            executor_id=self.executor_id,
+            run_id=new_run_id(),
+            deployment_id=self.deployment_id,
+        )
+        self._outage.recovered()
+        return batch
+
     def _start_workflows(self) -> int:
         """Claim due workflows, as many as the pool has room for, and start a run of each
         in a thread of its own (``workers.workflow_runner``): an awaiting workflow holds a
         thread, never this process's activities."""
         if not self.workflow_terms or (room := self.workflows.free()) <= 0:
+            self._workflows_waiting = bool(self.workflow_terms)
             return 0
+        self._workflows_waiting = False
         claimed = store.lock_pending(
             self.workflow_terms,
             limit=room,
@@ -151,16 +172,26 @@ class ActivityExecutor:
             self.workflows.start(locked, self.functions[locked.ffqn], self.deployment_id)
         return len(claimed)
 
-    def _wait_for_work(self, until: float) -> bool:
-        """Wait for a served function's work to become due; False when ``until`` passed."""
+    def _wait_for_work(self, until: float) -> _Due | None:
+        """Wait until a served function has work due; None when ``until`` passed.
+
+        A claim is made only for what a notification names (decision D43): a claim that
+        finds nothing costs a transaction, and every commit of a workflow run in this
+        process would otherwise cost one or two. Without LISTEN (SQLite) every poll
+        interval is worth a claim of both kinds. A workflow that was due while the pool
+        was full is looked for again once a thread is free.
+        """
         while (timeout := until - time.monotonic()) > 0 and not shutdown.stopping():
-            served = self.terms.keys() | (self.workflow_terms.keys() if self.workflows.free() > 0 else set())
-            for note in self._listener.wait(timeout):
-                if note.channel == notify.PENDING and served & set(note.items):
-                    return True
+            if self._workflows_waiting and self.workflows.free() > 0:
+                return _Due(activities=False, workflows=True)
+            notes = self._listener.wait(min(timeout, 0.05) if self._workflows_waiting else timeout)
+            named = {ffqn for note in notes if note.channel == notify.PENDING for ffqn in note.items}
+            due = _Due(activities=bool(named & self.terms.keys()), workflows=bool(named & self.workflow_terms.keys()))
             if not notify.is_postgres():
-                return True  # no LISTEN: each poll interval is worth a claim attempt
-        return False
+                return _Due(activities=True, workflows=True)
+            if due.activities or due.workflows:
+                return due
+        return None
 
     def run_batch(self, batch: list[store.LockedExecution]) -> None:
         """Run a claimed batch one after another; results go out in group commits. What

@@ -1245,7 +1245,14 @@ class EventHistory:
             )
         else:
             event = JoinNextTooMany(join_set_id=join_set_id, requested_ffqn=ffqn)
-        self._write_blocking([event])
+        if isinstance(event, JoinNext) and self._queue.peek(join_set_id) is not None:
+            # The response it takes is in hand: it cannot block, so under a buffer it is
+            # buffered like a cacheable event (decision D43; upstream writes it at once).
+            # Lost in a crash, it is written again by the replay, which finds the same
+            # response, since responses are only ever appended.
+            self._write_non_blocking(event)
+        else:
+            self._write_blocking([event])
 
     def try_join_next(self, join_set: JoinSetId | str) -> tuple[ExecutionId | DelayId, bool] | None:
         """Decision 9: like ``join_next`` without blocking; None when no response is there yet.

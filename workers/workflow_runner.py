@@ -72,7 +72,7 @@ class StoreWriter:
     def __init__(self, locked: store.LockedExecution, deployment_id: str):
         self.locked = locked
         self.deployment_id = deployment_id
-        self._blocked_at: tuple[int, int, list] | None = None  # the last blocking call's stack
+        self._component = locked.locked.component_id.model_dump(mode="json")
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
         store.append_batch_create_new_execution(
@@ -81,29 +81,20 @@ class StoreWriter:
             [HistoryEventRecord(event=event) for event in events],
             [self._create_request(new) for new in creates],
             fence=self.locked.fence,
+            stack=self._blocking_stack(events),
         )
-        self._blocked_at = None
-        if any(isinstance(event, JoinNext) for event in events):
-            frames = [
-                {"file": frame.filename, "line": frame.lineno, "function": frame.name, "code": frame.line or ""}
-                for frame in traceback.extract_stack()
-                if not frame.filename.startswith(_ENGINE_PATHS)
-            ]
-            self._blocked_at = (version, version + len(events), frames) if frames else None
 
-    def store_backtrace(self) -> None:
-        """The run blocks (it waits, or interrupts): store where the workflow's code was, its
-        own frames of the stack of the blocking call, deduplicated (``t_backtrace``). A
-        join-next answered at once is not a block and stores nothing. Best effort."""
-        if self._blocked_at is None:
-            return
-        low, high, frames = self._blocked_at
-        self._blocked_at = None
-        try:
-            component = self.locked.locked.component_id.model_dump(mode="json")
-            store.append_backtrace(self.locked.execution_id, component, low, high, frames)
-        except Exception as error:
-            logger.warning("backtrace of %s not stored: %s", self.locked.execution_id, error)
+    def _blocking_stack(self, events: Sequence[Any]) -> store.BlockingStack | None:
+        """A write with a join-next may block the workflow: the store keeps where its own
+        code was (``t_backtrace``) if the write leaves it blocked on a join set."""
+        if not any(isinstance(event, JoinNext) for event in events):
+            return None
+        frames = [
+            {"file": frame.filename, "line": frame.lineno, "function": frame.name, "code": frame.line or ""}
+            for frame in traceback.extract_stack()
+            if not frame.filename.startswith(_ENGINE_PATHS)
+        ]
+        return store.BlockingStack(self._component, frames) if frames else None
 
     def _create_request(self, new: NewExecution) -> store.CreateRequest:
         spec = lookup(new.ffqn)
@@ -132,29 +123,43 @@ class StoreWriter:
 
 
 class StoreWaiter:
-    """``Waiter`` (Await): block until new responses arrive or the lock's deadline."""
+    """``Waiter`` (Await): block until new responses arrive or the lock's deadline.
 
-    def __init__(self, execution_id: str, lease: StoreLease, writer: StoreWriter | None = None):
+    It listens for the whole run (``close`` ends that), so a cancellation requested
+    between two waits is never missed and the lifecycle is read only once per run, and
+    again only when a cancellation names this execution or nothing is known (a timed
+    wake-up, a poll on SQLite)."""
+
+    def __init__(self, execution_id: str, lease: StoreLease):
         self.execution_id = execution_id
         self.lease = lease
-        self.writer = writer
+        self._listener = notify.Listener([notify.RESPONSE, notify.CANCEL])
+        self._check_cancel = True
+
+    def close(self) -> None:
+        self._listener.close()
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
         when the execution is being cancelled: the driver takes over (decision 14)."""
-        with notify.Listener([notify.RESPONSE, notify.CANCEL]) as listener:
-            while True:
-                responses = store.responses_after(self.execution_id, after_seq)
-                if responses:
-                    return responses
-                if self.writer is not None:
-                    self.writer.store_backtrace()  # a wait: this is where the code blocks
-                remaining = self.lease.deadline() - time.monotonic()
-                if remaining <= 0 or shutdown.stopping() or self._cancelling():
-                    return []
-                listener.wait(min(remaining, 1.0))
+        while True:
+            responses = store.responses_after(self.execution_id, after_seq)
+            if responses:
+                return responses
+            remaining = self.lease.deadline() - time.monotonic()
+            if remaining <= 0 or shutdown.stopping() or self._cancelling():
+                return []
+            notes = self._listener.wait(min(remaining, 1.0))
+            self._check_cancel = (
+                self._check_cancel
+                or not notes
+                or any(note.channel == notify.CANCEL and self.execution_id in note.items for note in notes)
+            )
 
     def _cancelling(self) -> bool:
+        if not self._check_cancel:
+            return False
+        self._check_cancel = False
         return store.get_state(self.execution_id).lifecycle == "cancelling"
 
 
@@ -220,7 +225,7 @@ def run_workflow(locked: store.LockedExecution, spec: ActivityFunction, deployme
 def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
     lease = StoreLease(locked, spec)
     writer = StoreWriter(locked, deployment_id)
-    waiter = StoreWaiter(locked.execution_id, lease, writer) if spec.blocking == "await" else None
+    waiter = StoreWaiter(locked.execution_id, lease) if spec.blocking == "await" else None
     history = EventHistory(
         locked.execution_id,
         locked.history or [],
@@ -234,18 +239,21 @@ def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: s
     )
     lease.history = history
     ctx = WorkflowContext(history, locked.execution_id)
-    with capturing(locked.execution_id, locked.fence.run_id, lambda: history.is_replaying):
-        outcome = _call(spec, ctx, locked)
-        _finish(locked, history, outcome, writer)
+    try:
+        with capturing(locked.execution_id, locked.fence.run_id, lambda: history.is_replaying):
+            outcome = _call(spec, ctx, locked)
+            _finish(locked, history, outcome)
+    finally:
+        if waiter is not None:
+            waiter.close()
 
 
-def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None, writer: StoreWriter) -> None:
+def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None) -> None:
     """Finalize (close the open join sets, check the replay was complete), then append the
     outcome with the run's fence."""
     try:
         history.finalize()
     except WorkflowInterrupt:
-        writer.store_backtrace()  # it blocks on the join-next it wrote last
         _release_if_locked(locked, "interrupted while locked: worker is stopping")
         return
     except WriteFailed as failed:

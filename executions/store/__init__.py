@@ -7,6 +7,8 @@
 - ``transitions``: how each event changes the tables (the state machine's effects);
 - ``create``, ``append``, ``responses``, ``locking``, ``timers``, ``lifecycle``: the writes;
 - ``reads``, ``listing``: the reads.
+- ``retention``: deleting old finished executions, whole trees, in batches (one
+  transaction each; the one public function that is several).
 
 Every public function is one database transaction: the log events it appends and the
 ``t_state`` projection it changes commit together or not at all, and any error leaves the
@@ -29,6 +31,7 @@ from executions.store.datatypes import (
     STATUS_FILTERS,
     AppendItem,
     AttemptFailed,
+    BlockingStack,
     CancelOutcome,
     CreateOutcome,
     CreateRequest,
@@ -55,7 +58,6 @@ from executions.store.lifecycle import (
 from executions.store.listing import decode_cursor, encode_cursor, filter_executions, list_executions
 from executions.store.locking import extend_lock, lock_one, lock_pending
 from executions.store.reads import (
-    append_backtrace,
     append_logs,
     get,
     get_created,
@@ -74,6 +76,7 @@ from executions.store.reads import (
     wait_for_finished_result,
 )
 from executions.store.responses import append_delay_response, append_response_for_test, pause_delay, unpause_delay
+from executions.store.retention import delete_finished
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_timer_at
 
 __all__ = [
@@ -91,10 +94,10 @@ __all__ = [
     "LockTerms",
     "LockedExecution",
     "Page",
+    "BlockingStack",
     "Response",
     "STATUS_FILTERS",
     "append",
-    "append_backtrace",
     "append_batch",
     "append_batch_create_new_execution",
     "append_delay_response",
@@ -106,6 +109,7 @@ __all__ = [
     "create",
     "create_many",
     "decode_cursor",
+    "delete_finished",
     "encode_cursor",
     "expire_lock",
     "extend_lock",

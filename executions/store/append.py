@@ -17,14 +17,17 @@ from executions.models import (
     ExecutionState,
 )
 from executions.sql import Statements
+from executions.state_machine import State
 from executions.store.common import (
     EVENT_FIELDS,
+    _add_backtrace,
     _eid,
     _now,
     _row_for_update,
+    _rows_for_update,
     _write_transaction,
 )
-from executions.store.datatypes import AppendItem, AttemptFailed, CreateRequest, Fence
+from executions.store.datatypes import AppendItem, AttemptFailed, BlockingStack, CreateRequest, Fence
 from executions.store.transitions import (
     _append_events_in_tx,
     _Applied,
@@ -71,9 +74,12 @@ def append_batch_create_new_execution(
     *,
     fence: Fence | None = None,
     now: datetime | None = None,
+    stack: BlockingStack | None = None,
 ) -> int:
     """Append events to an execution and create its children (or the executions it
-    schedules) in the same transaction."""
+    schedules) in the same transaction. ``stack``: the workflow code's stack at this
+    write, stored (deduplicated) if the write leaves the execution blocked on a join set
+    (spec 000 §2.5: where the code waits)."""
     if not events:
         raise errors.ValidationFailed("batch cannot be empty")
     now = _now(now)
@@ -89,10 +95,13 @@ def append_batch_create_new_execution(
         prepared.append((child_id, created, child.paused))
     with _write_transaction():
         row = _row_for_update(execution_id)
+        first_version = row.corresponding_version + 1
         notes, statements = notify.Notes(), Statements()
         version = _append_events_in_tx(row, version, events, now, fence, notes, statements)
         for child_id, created, paused in prepared:
             _create_in_tx(child_id, created, paused, now, notes, statements, parent_locked=True)
+        if stack is not None and row.state == State.BLOCKED_BY_JOIN_SET:
+            _add_backtrace(statements, execution_id, stack, first_version, version)
         notes.publish(statements)
         statements.run()
     return version
@@ -111,7 +120,7 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
         raise errors.ValidationFailed("append_many takes each execution at most once")
     results: list[int | errors.StoreError] = []
     with _write_transaction():
-        rows = {row.pk: row for row in ExecutionState.objects.select_for_update().filter(pk__in=ids).order_by("pk")}
+        rows = _rows_for_update(ids)
         notes = notify.Notes()
         applied: list[tuple[ExecutionState, _Applied]] = []
         for execution_id, item in zip(ids, items, strict=False):
@@ -161,10 +170,11 @@ def _update_rows(changes: list[tuple[ExecutionState, set[str]]], statements: Sta
 
 
 def _lock_parents_in_order(children: list[ExecutionState]) -> None:
-    """Lock the parents a batch will respond to in id order, so batches never deadlock."""
-    parents = sorted({str(ExecutionId.parse(child.execution_id).split_to_parts()[0]) for child in children})
-    if parents:
-        list(ExecutionState.objects.select_for_update().filter(pk__in=parents).order_by("pk").values_list("pk"))
+    """Lock the parents a batch will respond to in id order, so batches never deadlock
+    (one parent is locked by its response, first thing)."""
+    parents = {str(ExecutionId.parse(child.execution_id).split_to_parts()[0]) for child in children}
+    if len(parents) > 1:
+        _rows_for_update(parents)
 
 
 def _row_values(row: ExecutionState) -> dict:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,6 +14,7 @@ from django.utils import timezone
 
 from executions import conf, errors
 from executions.events import (
+    canonical_json,
     check_storable,
     event_from_json,
     json_size,
@@ -20,11 +23,14 @@ from executions.ids import (
     ExecutionId,
 )
 from executions.models import (
+    Backtrace,
+    ExecutionBacktrace,
     ExecutionEvent,
     ExecutionState,
 )
+from executions.sql import Statements
 from executions.state_machine import State
-from executions.store.datatypes import EventRecord
+from executions.store.datatypes import BlockingStack, EventRecord
 
 
 def _now(now: datetime | None) -> datetime:
@@ -60,11 +66,69 @@ def _snapshot():
         yield
 
 
+def load_rows(model, sql: str, params) -> list:
+    """Model instances from raw SQL that selects ``model``'s concrete columns in order
+    (``columns_of``), with the backend's value converters applied (SQLite keeps datetimes
+    as text): what the ORM does per row, without building a query at every call."""
+    return [row for row, _ in load_rows_with_extras(model, sql, params)]
+
+
+def load_rows_with_extras(model, sql: str, params) -> list[tuple]:
+    """``load_rows`` for SQL that selects more columns after the model's: ``(instance,
+    the rest of the row)`` pairs, the rest as the database returned it."""
+    converters = _converters(model, connection.vendor)
+    attnames = [field.attname for field in model._meta.concrete_fields]
+    width = len(attnames)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    out = []
+    for row in rows:
+        values = list(row[:width])
+        for index, col, fns in converters:
+            for fn in fns:
+                values[index] = fn(values[index], col, connection)
+        out.append((model.from_db(connection.alias, attnames, values), row[width:]))
+    return out
+
+
+@functools.cache
+def _converters(model, vendor: str) -> list:
+    out = []
+    for index, field in enumerate(model._meta.concrete_fields):
+        col = field.get_col(model._meta.db_table)
+        fns = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+        if fns:
+            out.append((index, col, fns))
+    return out
+
+
+def columns_of(model, alias: str | None = None) -> str:
+    """The concrete columns of ``model``, in field order, for ``load_rows``."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + field.column for field in model._meta.concrete_fields)
+
+
+_STATE_COLUMNS = columns_of(ExecutionState)
+
+
+def _rows_for_update(execution_ids) -> dict[str, ExecutionState]:
+    """Lock ``t_state`` rows in id order (so concurrent batches never deadlock) and load
+    them, in one query."""
+    ids = list(execution_ids)
+    if not ids:
+        return {}
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    placeholders = ", ".join(["%s"] * len(ids))
+    sql = f"SELECT {_STATE_COLUMNS} FROM t_state WHERE execution_id IN ({placeholders}) ORDER BY execution_id{lock}"
+    return {row.pk: row for row in load_rows(ExecutionState, sql, ids)}
+
+
 def _row_for_update(execution_id: str) -> ExecutionState:
-    try:
-        return ExecutionState.objects.select_for_update().get(pk=execution_id)
-    except ExecutionState.DoesNotExist:
-        raise errors.NotFound(f"execution `{execution_id}` not found") from None
+    row = _rows_for_update([execution_id]).get(execution_id)
+    if row is None:
+        raise errors.NotFound(f"execution `{execution_id}` not found")
+    return row
 
 
 def _json_payload(what: str, value: Any) -> None:
@@ -103,3 +167,29 @@ def has_unfinished_children(execution_id: str) -> bool:
         .exclude(state=State.FINISHED)
         .exists()
     )
+
+
+def backtrace_hash(frames: list) -> str:
+    """``01`` + SHA-256 of the frames' canonical JSON: equal stacks share one row."""
+    return "01" + hashlib.sha256(canonical_json(frames).encode()).hexdigest()
+
+
+def _add_backtrace(statements: Statements, execution_id: str, stack: BlockingStack, low: int, high: int) -> None:
+    """The stack that wrote events ``[low, high)``, deduplicated by its hash (spec 000
+    §2.5, §3.6), added to the operation's statements: no round trip of its own."""
+    digest = backtrace_hash(stack.frames)
+    statements.insert(
+        Backtrace,
+        [Backtrace(backtrace_hash=digest, frames=stack.frames)],
+        ("backtrace_hash", "frames"),
+        ignore_conflicts=True,
+    )
+    row = ExecutionBacktrace(
+        execution_id=execution_id,
+        component_id=stack.component_id,
+        version_min_including=low,
+        version_max_excluding=high,
+        backtrace_id=digest,
+    )
+    fields = ("execution", "component_id", "version_min_including", "version_max_excluding", "backtrace")
+    statements.insert(ExecutionBacktrace, [row], fields, ignore_conflicts=True)

@@ -42,6 +42,9 @@ def create(req: CreateRequest, *, now: datetime | None = None) -> CreateOutcome:
     now = _now(now)
     execution_id = ExecutionId.parse(req.execution_id)
     created = _created_event(req, execution_id, now)
+    statements = Statements()
+    if statements.can_run_in_own_transaction() and not req.paused and not created.parent:
+        return _create_in_one_message(execution_id, created, now, statements)
     try:
         with transaction.atomic():
             notes, statements = notify.Notes(), Statements()
@@ -51,6 +54,22 @@ def create(req: CreateRequest, *, now: datetime | None = None) -> CreateOutcome:
             return CreateOutcome(version, already_existed=False)
     except IntegrityError as error:
         return _existing_create(str(execution_id), created, error)
+
+
+def _create_in_one_message(
+    execution_id: ExecutionId, created: Created, now: datetime, statements: Statements
+) -> CreateOutcome:
+    """The common create (no pause, no parent to check) as one round trip on PostgreSQL:
+    the rows and the NOTIFY, committed together (``Statements.run_in_own_transaction``)."""
+    notes = notify.Notes()
+    try:
+        _create_in_tx(execution_id, created, False, now, notes, statements)
+        notes.add_to(statements)
+        statements.run_in_own_transaction()
+    except IntegrityError as error:
+        return _existing_create(str(execution_id), created, error)
+    notes.deliver_locally()
+    return CreateOutcome(1, already_existed=False)
 
 
 def create_many(requests: list[CreateRequest], *, now: datetime | None = None) -> list[CreateOutcome]:

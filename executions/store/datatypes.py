@@ -68,6 +68,14 @@ class EventRecord:
 
 
 @dataclass(frozen=True)
+class BlockingStack:
+    """A workflow's own frames at a write that may block it (``t_backtrace``)."""
+
+    component_id: dict
+    frames: list
+
+
+@dataclass(frozen=True)
 class Response:
     """A join-set response as the parent sees it; ``seq`` is the per-parent cursor."""
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+
 from executions import errors, notify
 from executions.events import (
     Created,
@@ -67,20 +69,7 @@ def lock_pending(
     if limit < 1 or not functions:
         return []
     with _write_transaction():
-        candidates = list(
-            ExecutionState.objects.select_for_update(skip_locked=True)
-            .filter(
-                state=State.PENDING_AT,
-                lifecycle=Lifecycle.ACTIVE,
-                pending_expires_finished__lte=now,
-                ffqn__in=list(functions),
-            )
-            .order_by("pending_expires_finished")
-            .values_list(
-                "execution_id", "ffqn", "corresponding_version", "lock_generation",
-                "intermittent_event_count", "component_type",
-            )[:limit]
-        )  # fmt: skip
+        candidates = _due_candidates(list(functions), now, limit)
         if not candidates:
             return []
         by_ffqn: dict[str, list[tuple]] = defaultdict(list)
@@ -135,6 +124,29 @@ def lock_pending(
         )
         created = {execution_id: _json(value) for execution_id, value in statements.run()}
         return _locked_executions(candidates, locked_events, deployment_id, created)
+
+
+def _due_candidates(ffqns: list[str], now: datetime, limit: int) -> list[tuple]:
+    """Due, active executions of ``ffqns``, oldest first, locked ``SKIP LOCKED`` (rows
+    another claimer holds are passed over, never waited for). A fixed statement: the
+    partial index ``t_state_pending_ffqn`` serves it."""
+    lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    sql = (
+        "SELECT execution_id, ffqn, corresponding_version, lock_generation, intermittent_event_count, component_type"
+        " FROM t_state WHERE state = %s AND lifecycle = %s AND pending_expires_finished <= %s"
+        f" AND ffqn IN ({', '.join(['%s'] * len(ffqns))})"
+        f" ORDER BY pending_expires_finished LIMIT %s{lock}"
+    )
+    params = [
+        State.PENDING_AT.value,
+        Lifecycle.ACTIVE.value,
+        connection.ops.adapt_datetimefield_value(now),
+        *ffqns,
+        limit,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def _locked_executions(

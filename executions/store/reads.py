@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection
 from django.db.models import Max, Q
 
 from executions import errors, notify
@@ -17,19 +16,17 @@ from executions.events import (
     Finished,
     HistoryEventRecord,
     RetVal,
-    canonical_json,
     retval_from_json,
     storable_text,
 )
 from executions.models import (
-    Backtrace,
     ExecutionBacktrace,
     ExecutionEvent,
     ExecutionState,
     JoinSetResponse,
     LogEntry,
 )
-from executions.store.common import _eid, _record, _snapshot
+from executions.store.common import _eid, _json, _record, _snapshot, columns_of, load_rows, load_rows_with_extras
 from executions.store.datatypes import EventRecord, ExecutionLog, Response
 
 
@@ -56,24 +53,6 @@ def append_logs(
     return len(rows)
 
 
-def append_backtrace(
-    execution_id: str, component_id: dict, version_min_including: int, version_max_excluding: int, frames: list
-) -> str:
-    """Store the stack that wrote events ``[min, max)`` (a workflow's blocking call),
-    deduplicated by its hash (spec 000 §2.5, §3.6); returns the hash. Best effort."""
-    execution_id = _eid(execution_id)
-    digest = "01" + hashlib.sha256(canonical_json(frames).encode()).hexdigest()
-    with transaction.atomic():
-        Backtrace.objects.get_or_create(backtrace_hash=digest, defaults={"frames": frames})
-        ExecutionBacktrace.objects.get_or_create(
-            execution_id=execution_id,
-            version_min_including=version_min_including,
-            version_max_excluding=version_max_excluding,
-            defaults={"component_id": component_id, "backtrace_id": digest},
-        )
-    return digest
-
-
 def list_backtraces(execution_id: str) -> list[tuple[int, int, list]]:
     """``(version_min_including, version_max_excluding, frames)`` of an execution, in order."""
     execution_id = _eid(execution_id)
@@ -89,12 +68,15 @@ def list_logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list
     return list(LogEntry.objects.filter(execution_id=_eid(execution_id), id__gt=after_id).order_by("id")[:limit])
 
 
+_STATE_SQL = f"SELECT {columns_of(ExecutionState)} FROM t_state WHERE execution_id = %s"
+
+
 def get_state(execution_id: str) -> ExecutionState:
     execution_id = _eid(execution_id)
-    try:
-        return ExecutionState.objects.get(pk=execution_id)
-    except ExecutionState.DoesNotExist:
-        raise errors.NotFound(f"execution `{execution_id}` not found") from None
+    rows = load_rows(ExecutionState, _STATE_SQL, [execution_id])
+    if not rows:
+        raise errors.NotFound(f"execution `{execution_id}` not found")
+    return rows[0]
 
 
 def get_event(execution_id: str, version: int) -> EventRecord:
@@ -182,24 +164,30 @@ def _histories(execution_ids: list[str]) -> dict[str, list[EventRecord]]:
     return out
 
 
+_RESPONSE_COLUMNS = columns_of(JoinSetResponse, "r")
+_RESPONSES_SQL = """
+SELECT {columns}, f.json_value AS child_finished
+FROM t_join_set_response r
+LEFT JOIN t_execution_log f
+    ON f.execution_id = r.child_execution_id AND f.version = r.finished_version AND f.variant = 'finished'
+WHERE r.execution_id IN ({ids}) AND r.seq > %s
+ORDER BY r.execution_id, r.seq
+"""
+
+
 def _responses_of(
     execution_ids: list[str], *, after_seq: int = 0, limit: int | None = None
 ) -> dict[str, list[Response]]:
-    query = JoinSetResponse.objects.filter(execution_id__in=execution_ids, seq__gt=after_seq).order_by(
-        "execution_id", "seq"
-    )
+    """Responses with their children's results, in one query (a waiting run asks at every
+    wake-up: no ORM query to build)."""
+    sql = _RESPONSES_SQL.format(columns=_RESPONSE_COLUMNS, ids=", ".join(["%s"] * len(execution_ids)))
+    params = [*execution_ids, after_seq]
     if limit is not None:
-        query = query[:limit]
-    rows = list(query)
-    children = [r.child_execution_id for r in rows if r.child_execution_id]
-    retvals = {}
-    if children:
-        for child_id, version, json_value in ExecutionEvent.objects.filter(
-            execution_id__in=children, variant=Finished.VARIANT
-        ).values_list("execution_id", "version", "json_value"):
-            retvals[(child_id, version)] = retval_from_json(json_value[Finished.VARIANT]["retval"])
+        sql += " LIMIT %s"
+        params.append(limit)
     out: dict[str, list[Response]] = defaultdict(list)
-    for r in rows:
+    for r, (child_finished,) in load_rows_with_extras(JoinSetResponse, sql, params):
+        finished = _json(child_finished) if child_finished is not None else None
         out[r.execution_id].append(
             Response(
                 seq=r.seq,
@@ -209,7 +197,7 @@ def _responses_of(
                 delay_success=r.delay_success,
                 child_execution_id=r.child_execution_id,
                 finished_version=r.finished_version,
-                child_retval=retvals.get((r.child_execution_id, r.finished_version)),
+                child_retval=retval_from_json(finished[Finished.VARIANT]["retval"]) if finished else None,
             )
         )
     return out
@@ -244,11 +232,31 @@ def get_finished_result(execution_id: str) -> RetVal | None:
 
 def get_finished_results(execution_ids: Iterable[str]) -> dict[str, RetVal]:
     """Return values of those of ``execution_ids`` that are finished (one query)."""
-    rows = ExecutionEvent.objects.filter(execution_id__in=list(execution_ids), variant=Finished.VARIANT)
-    return {
-        execution_id: retval_from_json(json_value[Finished.VARIANT]["retval"])
-        for execution_id, json_value in rows.values_list("execution_id", "json_value")
-    }
+    return {execution_id: value for execution_id, (_, value) in _progress(list(execution_ids)).items() if value}
+
+
+def _progress(execution_ids: list[str]) -> dict[str, tuple[str, RetVal | None]]:
+    """``{id: (state, return value or None)}`` of those of ``execution_ids`` that exist, in
+    one query per 500 ids (a waiter asks at every wake-up: a fixed statement)."""
+    out = {}
+    for start in range(0, len(execution_ids), 500):
+        chunk = execution_ids[start : start + 500]
+        sql = _PROGRESS_SQL.format(ids=", ".join(["%s"] * len(chunk)))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, chunk)
+            for execution_id, state, json_value in cursor.fetchall():
+                value = retval_from_json(_json(json_value)[Finished.VARIANT]["retval"]) if json_value else None
+                out[execution_id] = (state, value)
+    return out
+
+
+_PROGRESS_SQL = """
+SELECT s.execution_id, s.state, f.json_value
+FROM t_state s
+LEFT JOIN t_execution_log f
+    ON s.state = 'finished' AND f.execution_id = s.execution_id AND f.version = s.corresponding_version
+WHERE s.execution_id IN ({ids})
+"""
 
 
 def wait_for_finished_result(execution_id: str, *, timeout: float | None = None) -> RetVal:
@@ -271,15 +279,17 @@ def wait_for_finished(
     arrive. ``Timeout`` lists how many are still running.
     """
     remaining = {_eid(execution_id) for execution_id in execution_ids}
-    _require_existing(remaining)
     total = len(remaining)
     deadline = None if timeout is None else time.monotonic() + timeout
     results: dict[str, RetVal] = {}
     with notify.Listener([notify.FINISHED]) as listener:
-        candidates = set(remaining)
+        progress = _progress(list(remaining))
+        missing = remaining - progress.keys()
+        if missing:
+            raise errors.NotFound(f"execution `{min(missing)}` not found")
+        found = {execution_id: value for execution_id, (_, value) in progress.items() if value is not None}
         last_full_check = time.monotonic()
         while True:
-            found = _finished_among(candidates)
             results.update(found)
             remaining -= found.keys()
             if found and on_progress:
@@ -291,26 +301,17 @@ def wait_for_finished(
                 raise errors.Timeout(f"{len(remaining)} of {total} executions still running after {timeout} s")
             wait = 1.0 if deadline is None else min(1.0, deadline - now)
             notes = listener.wait(wait)
+            found, named = {}, set()
+            for note in notes:  # a short result comes with its notification
+                for execution_id, value in map(notify.parse_finished_item, note.items):
+                    if execution_id in remaining:
+                        named.add(execution_id)
+                        if value is not None:
+                            found[execution_id] = retval_from_json(value)
             if time.monotonic() - last_full_check >= 1.0 or not notify.is_postgres():
-                candidates = set(remaining)
+                candidates = remaining - found.keys()
                 last_full_check = time.monotonic()
             else:
-                candidates = remaining.intersection(item for note in notes for item in note.items)
-
-
-def _require_existing(ids: set[str]) -> None:
-    ids = list(ids)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        found = set(ExecutionState.objects.filter(pk__in=chunk).values_list("pk", flat=True))
-        missing = [execution_id for execution_id in chunk if execution_id not in found]
-        if missing:
-            raise errors.NotFound(f"execution `{missing[0]}` not found")
-
-
-def _finished_among(ids: set[str]) -> dict[str, RetVal]:
-    found = {}
-    chunk = list(ids)
-    for start in range(0, len(chunk), 500):
-        found.update(get_finished_results(chunk[start : start + 500]))
-    return found
+                candidates = named - found.keys()
+            if candidates:
+                found.update(get_finished_results(candidates))

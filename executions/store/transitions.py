@@ -6,10 +6,12 @@ transition table of ``executions.state_machine``, the version) and computes the 
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Max
+from django.db import connection
 from django.utils import timezone
 
 from executions import conf, errors, notify
@@ -22,7 +24,6 @@ from executions.events import (
     Event,
     ExecutionFailure,
     Finished,
-    HistoryEventRecord,
     JoinNext,
     JoinNextTry,
     JoinSetCreate,
@@ -225,13 +226,17 @@ def _apply(
     now: datetime,
     fence: Fence | None,
     notes: notify.Notes,
+    unwritten_consumed: Mapping[str, int] | None = None,
 ) -> _Applied:
     """Validate ``event`` against ``row`` and compute the write, changing ``row`` in memory.
 
     Everything that can reject the event runs before ``row`` or ``notes`` change. Only
-    reads the database (join-next counting). The caller inserts ``event_row``, saves
-    ``fields`` of ``row`` and runs ``after`` (writes to other tables), in that order.
+    reads the database (join-next counting; ``unwritten_consumed``: per join set, the
+    consuming events of the same batch not inserted yet). The caller inserts
+    ``event_row``, saves ``fields`` of ``row`` and runs ``after`` (writes to other
+    tables), in that order.
     """
+    unwritten_consumed = unwritten_consumed or {}
     if fence is not None:
         _check_fence(row, fence)
     if version is None:
@@ -263,7 +268,7 @@ def _apply(
     else:  # spec 000 §6.2: the version, then the event's own preconditions
         _check_version(row, version)
         effect = decide(kind, row.state, row.lifecycle)
-    _validate(row, effect, event)
+    _validate(row, effect, event, unwritten_consumed)
 
     fields = {"corresponding_version", "updated_at"}
     after: list = []
@@ -285,7 +290,7 @@ def _apply(
         fields |= _set(row, intermittent_event_count=row.intermittent_event_count + 1)
         _notify_pending(row, notes)
     elif effect is Effect.JOIN_NEXT:
-        fields |= _apply_join_next(row, event.event, notes)
+        fields |= _apply_join_next(row, event.event, notes, unwritten_consumed.get(event.event.join_set_id, 0))
     elif effect is Effect.DELAY:
         after.append(_delay_inserter(row, event.event))
         notes.timers = True
@@ -343,7 +348,7 @@ def _check_version(row: ExecutionState, version: int) -> None:
         raise errors.VersionConflict(expected, version)
 
 
-def _validate(row: ExecutionState, effect: Effect, event: Event) -> None:
+def _validate(row: ExecutionState, effect: Effect, event: Event, unwritten_consumed: Mapping[str, int]) -> None:
     """Event-specific checks: ids that must belong to this execution, payload sizes."""
     if effect is Effect.LOCK:
         parse_executor_id(event.executor_id)
@@ -354,7 +359,7 @@ def _validate(row: ExecutionState, effect: Effect, event: Event) -> None:
     elif effect is Effect.JOIN_NEXT:
         JoinSetId.parse(event.event.join_set_id)
     elif effect in (Effect.DELAY, Effect.BUMP):
-        _validate_history_event(row, event.event)
+        _validate_history_event(row, event.event, unwritten_consumed)
         _json_payload("history event", event.event.model_dump(mode="json"))
 
 
@@ -404,22 +409,28 @@ def _bounded_failure(event: Event) -> Event:
     return event
 
 
-def _count_consumed(execution_id: str, join_set_id: str) -> int:
-    return ExecutionEvent.objects.filter(
-        execution_id=execution_id, join_set_id=join_set_id, consumes_response=True
-    ).count()
+_NEXT_RESPONSE_SQL = """
+SELECT id, created_at FROM t_join_set_response
+WHERE execution_id = %s AND join_set_id = %s
+ORDER BY seq
+LIMIT 1 OFFSET (
+    SELECT COUNT(*) FROM t_execution_log WHERE execution_id = %s AND join_set_id = %s AND consumes_response
+) + %s
+"""
 
 
-def _nth_response_time(execution_id: str, join_set_id: str, n: int) -> datetime | None:
-    times = JoinSetResponse.objects.filter(execution_id=execution_id, join_set_id=join_set_id).order_by("seq")
-    found = list(times.values_list("created_at", flat=True)[n - 1 : n])
-    return found[0] if found else None
+def _next_response_time(execution_id: str, join_set_id: str, unwritten: int = 0) -> datetime | None:
+    """When the response the next consuming join-next of a join set takes arrived (the
+    n-th response for the n-th join-next, spec 000 §5.2); None if it has not. One query;
+    ``unwritten``: consuming events before it that are not inserted yet."""
+    params = [execution_id, join_set_id, execution_id, join_set_id, unwritten]
+    found = list(JoinSetResponse.objects.raw(_NEXT_RESPONSE_SQL, params))
+    return found[0].created_at if found else None
 
 
-def _apply_join_next(row: ExecutionState, join_next: JoinNext, notes: notify.Notes) -> set[str]:
+def _apply_join_next(row: ExecutionState, join_next: JoinNext, notes: notify.Notes, unwritten: int) -> set[str]:
     """The n-th consuming join-next of a join set waits for its n-th response (spec 000 §5.2)."""
-    n = _count_consumed(row.execution_id, join_next.join_set_id) + 1
-    response_at = _nth_response_time(row.execution_id, join_next.join_set_id, n)
+    response_at = _next_response_time(row.execution_id, join_next.join_set_id, unwritten)
     if response_at is not None:
         fields = _to_pending(row, max(join_next.run_expires_at, response_at))
         _notify_pending(row, notes)
@@ -449,7 +460,7 @@ def _delay_inserter(row: ExecutionState, request: JoinSetRequest):
     return insert
 
 
-def _validate_history_event(row: ExecutionState, event) -> None:
+def _validate_history_event(row: ExecutionState, event, unwritten_consumed: Mapping[str, int]) -> None:
     if isinstance(event, JoinSetCreate):
         JoinSetId.parse(event.join_set_id)
     elif isinstance(event, JoinSetRequest) and isinstance(event.request, DelayRequest):
@@ -470,10 +481,12 @@ def _validate_history_event(row: ExecutionState, event) -> None:
         FunctionFqn.parse(event.request.target_ffqn)
         _json_payload("params", event.request.params)
     elif isinstance(event, JoinNextTry) and event.outcome == "found":
-        n = _count_consumed(row.execution_id, event.join_set_id) + 1
-        if _nth_response_time(row.execution_id, event.join_set_id, n) is None:
+        if (
+            _next_response_time(row.execution_id, event.join_set_id, unwritten_consumed.get(event.join_set_id, 0))
+            is None
+        ):
             raise errors.ValidationFailed(
-                f"join_next_try on `{event.join_set_id}` found response #{n}, which does not exist"
+                f"join_next_try on `{event.join_set_id}` found a response, but none is left to take"
             )
     elif isinstance(event, Schedule):
         _eid(event.execution_id)
@@ -503,7 +516,7 @@ def _apply_finish(row, event: Finished, version: int, now: datetime, notes: noti
         **_NO_WAIT,
         **{**_NO_LOCK, "result_kind": result_kind_of(event.retval)},
     )
-    notes.finished.append(row.execution_id)
+    notes.finished.append(notify.finished_item(row.execution_id, retval_to_json(event.retval)))
     if not row.is_top_level:
         # A child's result always reaches its parent in the same transaction (decisions.md D10).
         parent, join_set = ExecutionId.parse(row.execution_id).split_to_parts()
@@ -541,18 +554,17 @@ def _append_events_in_tx(
 ) -> int:
     """Append ``events`` to one locked row, in order, with one ``INSERT`` for their log rows
     and one ``UPDATE`` of the projection (the row's state after the last event), added to
-    ``statements``; writes to other tables follow. A join-next counts the responses consumed
-    before it in the log, so the earlier events of the batch are written before one is
-    applied. Returns the next version."""
+    ``statements``; writes to other tables follow. A join-next takes the response after
+    those consumed before it: the ones in the log, plus the earlier consuming events of
+    this batch, counted here. Returns the next version."""
     pending: list[ExecutionEvent] = []
     fields: set[str] = set()
     after: list = []
+    unwritten_consumed: Counter[str] = Counter()
     for event in events:
-        if pending and _counts_consumed(event):
-            statements.insert(ExecutionEvent, pending, EVENT_FIELDS)
-            statements.run()
-            pending = []
-        applied = _apply(row, version, event, now, fence, notes)
+        applied = _apply(row, version, event, now, fence, notes, unwritten_consumed)
+        if applied.event_row.consumes_response:
+            unwritten_consumed[applied.event_row.join_set_id] += 1
         pending.append(applied.event_row)
         fields |= applied.fields
         after.extend(applied.after)
@@ -566,8 +578,12 @@ def _append_events_in_tx(
     return version
 
 
-def _counts_consumed(event: Event) -> bool:
-    return isinstance(event, HistoryEventRecord) and isinstance(event.event, (JoinNext, JoinNextTry))
+_INSERT_RESPONSE_SQL = """
+INSERT INTO t_join_set_response
+    (created_at, execution_id, join_set_id, delay_id, delay_success, child_execution_id, finished_version, seq)
+VALUES (%s, %s, %s, %s, %s, %s, %s, (SELECT COALESCE(MAX(seq), 0) + 1 FROM t_join_set_response WHERE execution_id = %s))
+RETURNING seq
+"""
 
 
 def _deliver_response(
@@ -582,29 +598,24 @@ def _deliver_response(
     delay_success: bool | None = None,
 ) -> int:
     """Insert a response with the parent's next ``seq`` and unblock the parent if it waits
-    for this join set (spec 000 §6.4). The parent's row is locked first (decision 11)."""
+    for this join set (spec 000 §6.4). The parent's row is locked first (decision 11); the
+    writes then go in one round trip."""
     parent = _row_for_update(parent_id)
-    seq = (JoinSetResponse.objects.filter(execution_id=parent_id).aggregate(m=Max("seq"))["m"] or 0) + 1
-    JoinSetResponse.objects.create(
-        created_at=now,
-        execution_id=parent_id,
-        join_set_id=join_set_id,
-        delay_id=delay_id,
-        delay_success=delay_success,
-        child_execution_id=child_id,
-        finished_version=finished_version,
-        seq=seq,
-    )
+    statements = Statements()
     if (
         parent.state == State.BLOCKED_BY_JOIN_SET
         and parent.join_set_id == join_set_id
         and parent.lifecycle != Lifecycle.CANCELLING
     ):
-        fields = _to_pending(parent, max(parent.pending_expires_finished, now))
-        parent.updated_at = now
-        parent.save(update_fields=sorted(fields | {"updated_at"}))
+        fields = _to_pending(parent, max(parent.pending_expires_finished, now)) | _set(parent, updated_at=now)
+        statements.update(ExecutionState, [parent.pk], {name: getattr(parent, name) for name in sorted(fields)})
         _notify_pending(parent, notes)
     if delay_id is not None:
-        Delay.objects.filter(delay_id=delay_id).delete()
+        statements.add("DELETE FROM t_delay WHERE delay_id = %s", [delay_id])
+    created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
+    statements.add(
+        _INSERT_RESPONSE_SQL,
+        [created_at, parent_id, join_set_id, delay_id, delay_success, child_id, finished_version, parent_id],
+    )
     notes.responses.append(parent_id)
-    return seq
+    return statements.run()[0][0]
