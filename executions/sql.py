@@ -9,15 +9,51 @@ adapted by the model fields themselves (``get_db_prep_save``), as the ORM would.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import DateTimeField, Model
 
 
 def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+def in_list(values: list) -> tuple[str, list]:
+    """``(sql, params)`` for ``<column> IN (values)``: on PostgreSQL one array parameter
+    (``= ANY``), so the statement's text does not depend on how many values there are."""
+    if connection.vendor == "postgresql":
+        return "= ANY(%s)", [values]
+    return f"IN ({', '.join(['%s'] * len(values))})", values
+
+
+@functools.cache
+def _json_encoders(model: type[Model], fields: tuple[str, ...]) -> list:
+    """Per field, how its value goes into the JSON document of a PostgreSQL insert:
+    datetimes as ISO 8601 text, everything else (JSON values included) as it is."""
+    out = []
+    for name in fields:
+        field = model._meta.get_field(name)
+        out.append(_iso if isinstance(field, DateTimeField) else _identity)
+    return out
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return None if value is None else value.isoformat()
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _prep_save(field, value: Any) -> Any:
+    return field.get_db_prep_save(value, connection)
 
 
 class Statements:
@@ -33,17 +69,36 @@ class Statements:
         self, model: type[Model], objects: Iterable[Model], fields: Sequence[str], *, ignore_conflicts: bool = False
     ) -> None:
         """``INSERT`` the objects' ``fields`` (one multi-row statement); with
-        ``ignore_conflicts``, rows that would violate a unique constraint are skipped."""
+        ``ignore_conflicts``, rows that would violate a unique constraint are skipped.
+
+        On PostgreSQL the rows go as one JSON document (``json_to_recordset``), so the
+        statement's text is the same for any number of rows and the driver quotes one
+        string, instead of parsing a statement with thousands of placeholders per batch.
+        JSON columns are embedded as they are: ``json`` keeps their text exactly."""
         objects = list(objects)
         if not objects:
             return
         meta_fields = [model._meta.get_field(name) for name in fields]
-        row = "(" + ", ".join(["%s"] * len(meta_fields)) + ")"
         columns = ", ".join(_quote(f.column) for f in meta_fields)
-        sql = f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES " + ", ".join([row] * len(objects))
+        table = _quote(model._meta.db_table)
+        if connection.vendor == "postgresql":
+            encoders = _json_encoders(model, tuple(fields))
+            record = ", ".join(f"{_quote(f.column)} {f.db_type(connection)}" for f in meta_fields)
+            sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_to_recordset(%s) AS r({record})"
+            rows = [
+                {f.column: encode(getattr(obj, f.attname)) for f, encode in zip(meta_fields, encoders, strict=False)}
+                for obj in objects
+            ]
+            params = [json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))]
+        else:
+            preps = [functools.partial(_prep_save, f) for f in meta_fields]
+            row = "(" + ", ".join(["%s"] * len(meta_fields)) + ")"
+            sql = f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * len(objects))
+            params = [
+                prep(getattr(obj, f.attname)) for obj in objects for f, prep in zip(meta_fields, preps, strict=False)
+            ]
         if ignore_conflicts:
             sql += " ON CONFLICT DO NOTHING"
-        params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objects for f in meta_fields]
         self.add(sql, params)
 
     def update(
@@ -63,9 +118,9 @@ class Statements:
             field = meta.get_field(name)
             assignments.append(f"{_quote(field.column)} = %s")
             params.append(field.get_db_prep_save(value, connection))
-        where = ", ".join(["%s"] * len(pks))
-        sql = f"UPDATE {_quote(meta.db_table)} SET {', '.join(assignments)} WHERE {_quote(meta.pk.column)} IN ({where})"
-        self.add(sql, params + list(pks))
+        where, keys = in_list(list(pks))
+        sql = f"UPDATE {_quote(meta.db_table)} SET {', '.join(assignments)} WHERE {_quote(meta.pk.column)} {where}"
+        self.add(sql, params + keys)
 
     def can_run_in_own_transaction(self) -> bool:
         """Whether ``run_in_own_transaction`` sends one message: on PostgreSQL, outside any

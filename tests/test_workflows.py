@@ -56,6 +56,7 @@ from executions.models import Delay, ExecutionState
 from tests import workflows
 from tests.helpers import DEPLOYMENT
 from workers.activity import ActivityError
+from workers import registry
 from workers.registry import ActivityFunction, ArgumentError, lookup
 from workers.replay import (
     AllProcessed,
@@ -1499,6 +1500,9 @@ def test_datetime_annotations_register_in_a_workflow_module():
         assert module.act.encode_result(datetime.fromisoformat("2024-05-01T10:00:00+00:00")) == "2024-05-01T10:00:00Z"
     finally:
         sys.modules.pop(module.__name__, None)
+        for spec in list(registry._FUNCTIONS.values()):  # later tests register what exists
+            if spec.fn.__module__ == module.__name__:
+                del registry._FUNCTIONS[spec.ffqn]
 
 
 def test_an_await_wait_nobody_answers_ends_at_the_deadline_without_extending_the_lock():

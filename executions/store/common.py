@@ -28,7 +28,7 @@ from executions.models import (
     ExecutionEvent,
     ExecutionState,
 )
-from executions.sql import Statements
+from executions.sql import Statements, in_list
 from executions.state_machine import State
 from executions.store.datatypes import BlockingStack, EventRecord
 
@@ -119,9 +119,9 @@ def _rows_for_update(execution_ids) -> dict[str, ExecutionState]:
     if not ids:
         return {}
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    placeholders = ", ".join(["%s"] * len(ids))
-    sql = f"SELECT {_STATE_COLUMNS} FROM t_state WHERE execution_id IN ({placeholders}) ORDER BY execution_id{lock}"
-    return {row.pk: row for row in load_rows(ExecutionState, sql, ids)}
+    where, params = in_list(ids)
+    sql = f"SELECT {_STATE_COLUMNS} FROM t_state WHERE execution_id {where} ORDER BY execution_id{lock}"
+    return {row.pk: row for row in load_rows(ExecutionState, sql, params)}
 
 
 def _row_for_update(execution_id: str) -> ExecutionState:

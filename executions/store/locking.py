@@ -26,7 +26,7 @@ from executions.models import (
     ExecutionEvent,
     ExecutionState,
 )
-from executions.sql import Statements
+from executions.sql import Statements, in_list
 from executions.state_machine import (
     Lifecycle,
     State,
@@ -116,11 +116,9 @@ def lock_pending(
             )
         statements.insert(ExecutionEvent, events, EVENT_FIELDS)
         ids = [c[0] for c in candidates]
+        where, params = in_list(ids)
         statements.add(
-            "SELECT execution_id, json_value FROM t_execution_log WHERE version = 0 AND execution_id IN ("
-            + ", ".join(["%s"] * len(ids))
-            + ")",
-            ids,
+            f"SELECT execution_id, json_value FROM t_execution_log WHERE version = 0 AND execution_id {where}", params
         )
         created = {execution_id: _json(value) for execution_id, value in statements.run()}
         return _locked_executions(candidates, locked_events, deployment_id, created)

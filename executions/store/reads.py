@@ -26,6 +26,7 @@ from executions.models import (
     JoinSetResponse,
     LogEntry,
 )
+from executions.sql import in_list
 from executions.store.common import _eid, _json, _record, _snapshot, columns_of, load_rows, load_rows_with_extras
 from executions.store.datatypes import EventRecord, ExecutionLog, Response
 
@@ -241,9 +242,9 @@ def _progress(execution_ids: list[str]) -> dict[str, tuple[str, RetVal | None]]:
     out = {}
     for start in range(0, len(execution_ids), 500):
         chunk = execution_ids[start : start + 500]
-        sql = _PROGRESS_SQL.format(ids=", ".join(["%s"] * len(chunk)))
+        where, params = in_list(chunk)
         with connection.cursor() as cursor:
-            cursor.execute(sql, chunk)
+            cursor.execute(_PROGRESS_SQL.format(where=where), params)
             for execution_id, state, json_value in cursor.fetchall():
                 value = retval_from_json(_json(json_value)[Finished.VARIANT]["retval"]) if json_value else None
                 out[execution_id] = (state, value)
@@ -255,7 +256,7 @@ SELECT s.execution_id, s.state, f.json_value
 FROM t_state s
 LEFT JOIN t_execution_log f
     ON s.state = 'finished' AND f.execution_id = s.execution_id AND f.version = s.corresponding_version
-WHERE s.execution_id IN ({ids})
+WHERE s.execution_id {where}
 """
 
 
