@@ -41,7 +41,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import bench.run  # noqa: E402
-from bench.run import Cluster, child_env, drain, pgbench, recreate_database  # noqa: E402
+from bench.run import (  # noqa: E402
+    Cluster,
+    child_env,
+    cpu_seconds,
+    drain,
+    pgbench,
+    postmaster_pid,
+    process_tree,
+    recreate_database,
+    rss_mib,
+)
 
 # A database of its own, so that bench/run.py running at the same time does not drop it.
 bench.run.BENCH_DB = "obelisk_bench_workflows"
@@ -58,72 +68,8 @@ REPLAY_BAR_MS = 1000.0
 
 
 # ---------------------------------------------------------------------------------------
-# CPU and memory from /proc (no psutil)
+# CPU and memory from /proc (no psutil): the helpers live in bench/run.py
 # ---------------------------------------------------------------------------------------
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> tuple[str, list[str]] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-    return comm, raw[raw.rindex(")") + 2 :].split()
-
-
-def _all_parents() -> dict[int, tuple[int, str]]:
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
-            out[int(entry)] = (int(stat[1][1]), stat[0])
-    return out
-
-
-def process_tree(root: int) -> list[int]:
-    parents = _all_parents()
-    tree, frontier = [root], [root]
-    while frontier:
-        frontier = [pid for pid, (ppid, _) in parents.items() if ppid in frontier]
-        tree.extend(frontier)
-    return tree
-
-
-def cpu_seconds(pids: list[int], root: int) -> float:
-    """utime + stime of every live process, plus the reaped children of the root."""
-    total = 0
-    for pid in pids:
-        stat = _stat(pid)
-        if stat is None:
-            continue
-        fields = stat[1]
-        total += int(fields[11]) + int(fields[12])
-        if pid == root:
-            total += int(fields[13]) + int(fields[14])
-    return total / TICK
-
-
-def rss_mib(pids: list[int]) -> tuple[float, float]:
-    """(sum, largest) VmRSS of the processes, MiB."""
-    sizes = []
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    sizes.append(int(line.split()[1]) / 1024)
-        except OSError:
-            pass
-    return (sum(sizes), max(sizes)) if sizes else (0.0, 0.0)
-
-
-def postmaster_pid() -> int | None:
-    """The PostgreSQL server's root process, if it runs on this machine."""
-    parents = _all_parents()
-    for pid, (ppid, comm) in parents.items():
-        if comm in ("postgres", "postmaster") and parents.get(ppid, (0, ""))[1] not in ("postgres", "postmaster"):
-            return pid
-    return None
 
 
 class Meter:

@@ -55,8 +55,8 @@ from executions.ids import ExecutionId, new_executor_id, new_run_id
 from executions.models import Delay, ExecutionState
 from tests import workflows
 from tests.helpers import DEPLOYMENT
-from workers.activity import ActivityError
 from workers import registry
+from workers.activity import ActivityError
 from workers.registry import ActivityFunction, ArgumentError, lookup
 from workers.replay import (
     AllProcessed,
