@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,15 +32,44 @@ def in_list(values: list) -> tuple[str, list]:
     return f"IN ({', '.join(['%s'] * len(values))})", values
 
 
+@dataclass(frozen=True)
+class _InsertShape:
+    """The text of an ``INSERT`` of some fields of a model, built once per shape."""
+
+    vendor: str
+    sql: str
+    fields: tuple
+    encoders: tuple = ()  # PostgreSQL: (column, attname, encode) per field
+    row: str = ""  # SQLite: one row's placeholders, repeated per object
+    suffix: str = ""
+
+    @staticmethod
+    @functools.cache
+    def of(model: type[Model], names: tuple[str, ...], vendor: str, ignore_conflicts: bool) -> _InsertShape:
+        fields = tuple(model._meta.get_field(name) for name in names)
+        columns = ", ".join(_quote(f.column) for f in fields)
+        table = _quote(model._meta.db_table)
+        suffix = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+        if vendor == "postgresql":
+            record = ", ".join(f"{_quote(f.column)} {f.db_type(connection)}" for f in fields)
+            sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_to_recordset(%s) AS r({record}){suffix}"
+            encoders = tuple((f.column, f.attname, _iso if isinstance(f, DateTimeField) else _identity) for f in fields)
+            return _InsertShape(vendor, sql, fields, encoders=encoders)
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        return _InsertShape(vendor, f"INSERT INTO {table} ({columns}) VALUES ", fields, row=row, suffix=suffix)
+
+
 @functools.cache
-def _json_encoders(model: type[Model], fields: tuple[str, ...]) -> list:
-    """Per field, how its value goes into the JSON document of a PostgreSQL insert:
-    datetimes as ISO 8601 text, everything else (JSON values included) as it is."""
-    out = []
-    for name in fields:
-        field = model._meta.get_field(name)
-        out.append(_iso if isinstance(field, DateTimeField) else _identity)
-    return out
+def _update_head(model: type[Model], names: tuple, plus_one: tuple, vendor: str) -> tuple[str, tuple]:
+    """``UPDATE … SET … WHERE <pk>`` for these fields, built once; and the fields."""
+    meta = model._meta
+    fields = tuple(meta.get_field(name) for name in names)
+    assignments = [
+        f"{_quote(meta.get_field(name).column)} = {_quote(meta.get_field(source).column)} + 1"
+        for name, source in plus_one
+    ]
+    assignments += [f"{_quote(field.column)} = %s" for field in fields]
+    return f"UPDATE {_quote(meta.db_table)} SET {', '.join(assignments)} WHERE {_quote(meta.pk.column)}", fields
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -78,28 +108,15 @@ class Statements:
         objects = list(objects)
         if not objects:
             return
-        meta_fields = [model._meta.get_field(name) for name in fields]
-        columns = ", ".join(_quote(f.column) for f in meta_fields)
-        table = _quote(model._meta.db_table)
-        if connection.vendor == "postgresql":
-            encoders = _json_encoders(model, tuple(fields))
-            record = ", ".join(f"{_quote(f.column)} {f.db_type(connection)}" for f in meta_fields)
-            sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_to_recordset(%s) AS r({record})"
+        shape = _InsertShape.of(model, tuple(fields), connection.vendor, ignore_conflicts)
+        if shape.vendor == "postgresql":
             rows = [
-                {f.column: encode(getattr(obj, f.attname)) for f, encode in zip(meta_fields, encoders, strict=False)}
-                for obj in objects
+                {column: encode(getattr(obj, attname)) for column, attname, encode in shape.encoders} for obj in objects
             ]
-            params = [json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))]
+            self.add(shape.sql, [json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))])
         else:
-            preps = [functools.partial(_prep_save, f) for f in meta_fields]
-            row = "(" + ", ".join(["%s"] * len(meta_fields)) + ")"
-            sql = f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * len(objects))
-            params = [
-                prep(getattr(obj, f.attname)) for obj in objects for f, prep in zip(meta_fields, preps, strict=False)
-            ]
-        if ignore_conflicts:
-            sql += " ON CONFLICT DO NOTHING"
-        self.add(sql, params)
+            sql = shape.sql + ", ".join([shape.row] * len(objects)) + shape.suffix
+            self.add(sql, [_prep_save(f, getattr(obj, f.attname)) for obj in objects for f in shape.fields])
 
     def update(
         self,
@@ -110,17 +127,10 @@ class Statements:
     ) -> None:
         """``UPDATE`` the rows ``pks``: set ``values``, and each ``plus_one`` field to another
         field's current value + 1 (``{"version": "version"}`` increments it)."""
-        meta = model._meta
-        assignments, params = [], []
-        for name, source in (plus_one or {}).items():
-            assignments.append(f"{_quote(meta.get_field(name).column)} = {_quote(meta.get_field(source).column)} + 1")
-        for name, value in values.items():
-            field = meta.get_field(name)
-            assignments.append(f"{_quote(field.column)} = %s")
-            params.append(field.get_db_prep_save(value, connection))
+        head, fields = _update_head(model, tuple(values), tuple((plus_one or {}).items()), connection.vendor)
+        params = [_prep_save(field, value) for field, value in zip(fields, values.values(), strict=True)]
         where, keys = in_list(list(pks))
-        sql = f"UPDATE {_quote(meta.db_table)} SET {', '.join(assignments)} WHERE {_quote(meta.pk.column)} {where}"
-        self.add(sql, params + keys)
+        self.add(f"{head} {where}", params + keys)
 
     def can_run_in_own_transaction(self) -> bool:
         """Whether ``run_in_own_transaction`` sends one message: on PostgreSQL, outside any

@@ -34,6 +34,7 @@ from executions import notify
 from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle, State
+from workers import lingering
 from workers.shutdown import ignore_sigterm
 
 logger = logging.getLogger("obelisk.broker")
@@ -94,6 +95,9 @@ class ExecutionBroker(ORM):
             return [self._claim_task(now)]
         for note in self._listener.wait(self._wait_seconds(now)):
             if note.channel == notify.PENDING and self._served.intersection(note.items):
+                if lingering.someone_lingers():  # that worker claims it; look again later
+                    self._recheck_at = min(self._recheck_at, time.monotonic() + self.REEMIT_AFTER)
+                    continue
                 self._due_at = time.monotonic()
                 self._new_work = True
             elif note.channel in (notify.TIMER, notify.SCHEDULED):

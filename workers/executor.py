@@ -28,7 +28,7 @@ from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
-from workers import shutdown
+from workers import lingering, shutdown
 from workers.registry import ActivityFunction
 from workers.runner import Watchdog, renew_before_start, run_activity
 from workers.workflow_runner import WorkflowPool
@@ -133,7 +133,8 @@ class ActivityExecutor:
                     idle_until = time.monotonic() + linger
                 if due.activities or due.workflows:
                     continue
-                due = self._wait_for_work(idle_until)
+                with lingering.lingering():
+                    due = self._wait_for_work(idle_until)
                 if due is None:
                     break
         except DATABASE_ERRORS as error:
