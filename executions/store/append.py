@@ -141,12 +141,11 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
         statements.insert(ExecutionEvent, [done.event_row for _, done in applied], EVENT_FIELDS)
         _update_rows([(row, done.fields) for row, done in applied], statements)
         responding = [row for row, done in applied if done.after]
-        if responding:  # children: their responses go to parents, through the ORM path
-            statements.run()
-            _lock_parents_in_order(responding)
+        if responding:  # children: their responses go to their parents in the same batch
+            parents = _rows_for_update(_parent_ids(responding))
             for _, done in applied:
                 for action in done.after:
-                    action()
+                    action(parents=parents, statements=statements)
         notes.publish(statements)
         statements.run()
     return results
@@ -169,12 +168,10 @@ def _update_rows(changes: list[tuple[ExecutionState, set[str]]], statements: Sta
         )
 
 
-def _lock_parents_in_order(children: list[ExecutionState]) -> None:
-    """Lock the parents a batch will respond to in id order, so batches never deadlock
-    (one parent is locked by its response, first thing)."""
-    parents = {str(ExecutionId.parse(child.execution_id).split_to_parts()[0]) for child in children}
-    if len(parents) > 1:
-        _rows_for_update(parents)
+def _parent_ids(children: list[ExecutionState]) -> list[str]:
+    """The parents a batch responds to, locked together in id order (``_rows_for_update``),
+    so concurrent batches never deadlock."""
+    return sorted({str(ExecutionId.parse(child.execution_id).split_to_parts()[0]) for child in children})
 
 
 def _row_values(row: ExecutionState) -> dict:

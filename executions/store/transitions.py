@@ -448,7 +448,7 @@ def _apply_join_next(row: ExecutionState, join_next: JoinNext, notes: notify.Not
 def _delay_inserter(row: ExecutionState, request: JoinSetRequest):
     delay: DelayRequest = request.request
 
-    def insert():
+    def insert(**_batch):
         Delay.objects.create(
             delay_id=delay.delay_id,
             execution_id=row.execution_id,
@@ -521,8 +521,8 @@ def _apply_finish(row, event: Finished, version: int, now: datetime, notes: noti
         # A child's result always reaches its parent in the same transaction (decisions.md D10).
         parent, join_set = ExecutionId.parse(row.execution_id).split_to_parts()
         after.append(
-            lambda: _deliver_response(
-                str(parent), str(join_set), now, notes, child_id=row.execution_id, finished_version=version
+            lambda **batch: _deliver_response(
+                str(parent), str(join_set), now, notes, child_id=row.execution_id, finished_version=version, **batch
             )
         )
     return fields
@@ -596,26 +596,30 @@ def _deliver_response(
     finished_version: int | None = None,
     delay_id: str | None = None,
     delay_success: bool | None = None,
-) -> int:
+    parents: dict[str, ExecutionState] | None = None,
+    statements: Statements | None = None,
+) -> int | None:
     """Insert a response with the parent's next ``seq`` and unblock the parent if it waits
     for this join set (spec 000 §6.4). The parent's row is locked first (decision 11); the
-    writes then go in one round trip."""
-    parent = _row_for_update(parent_id)
-    statements = Statements()
+    writes then go in one round trip, which returns the ``seq``. A group commit passes the
+    parents it locked already and its own ``statements``, which carry the writes (each
+    statement sees the ones before it: two responses to one parent get consecutive seqs)."""
+    parent = (parents or {}).get(parent_id) or _row_for_update(parent_id)
+    batch = statements if statements is not None else Statements()
     if (
         parent.state == State.BLOCKED_BY_JOIN_SET
         and parent.join_set_id == join_set_id
         and parent.lifecycle != Lifecycle.CANCELLING
     ):
         fields = _to_pending(parent, max(parent.pending_expires_finished, now)) | _set(parent, updated_at=now)
-        statements.update(ExecutionState, [parent.pk], {name: getattr(parent, name) for name in sorted(fields)})
+        batch.update(ExecutionState, [parent.pk], {name: getattr(parent, name) for name in sorted(fields)})
         _notify_pending(parent, notes)
     if delay_id is not None:
-        statements.add("DELETE FROM t_delay WHERE delay_id = %s", [delay_id])
+        batch.add("DELETE FROM t_delay WHERE delay_id = %s", [delay_id])
     created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
-    statements.add(
+    batch.add(
         _INSERT_RESPONSE_SQL,
         [created_at, parent_id, join_set_id, delay_id, delay_success, child_id, finished_version, parent_id],
     )
     notes.responses.append(parent_id)
-    return statements.run()[0][0]
+    return batch.run()[0][0] if statements is None else None
