@@ -154,17 +154,19 @@ def responses_after(execution_id: str, after_seq: int) -> list[Response]:
 
 
 def _histories(execution_ids: list[str]) -> dict[str, list[EventRecord]]:
+    """The history events of workflows, in order: what a run replays (one fixed query)."""
     out: dict[str, list[EventRecord]] = defaultdict(list)
-    rows = (
-        ExecutionEvent.objects.filter(execution_id__in=execution_ids, variant=HistoryEventRecord.VARIANT)
-        .order_by("execution_id", "version")
-        .values_list("execution_id", "version", "created_at", "json_value")
+    where, params = in_list(execution_ids)
+    sql = (
+        f"SELECT {_EVENT_COLUMNS} FROM t_execution_log WHERE execution_id {where} AND variant = %s"
+        " ORDER BY execution_id, version"
     )
-    for execution_id, version, created_at, json_value in rows:
-        out[execution_id].append(_record(version, created_at, json_value))
+    for row in load_rows(ExecutionEvent, sql, [*params, HistoryEventRecord.VARIANT]):
+        out[row.execution_id].append(_record(row.version, row.created_at, row.json_value))
     return out
 
 
+_EVENT_COLUMNS = columns_of(ExecutionEvent)
 _RESPONSE_COLUMNS = columns_of(JoinSetResponse, "r")
 _RESPONSES_SQL = """
 SELECT {columns}, f.json_value AS child_finished
