@@ -391,9 +391,6 @@ def drain_on(clusters: Clusters, count: int) -> dict:
     """Drain ``count`` executions on warm ``clusters``: all created in one transaction, so the
     cluster sees them at once when it commits, as with pending work that piled up."""
     from django.db import connection, transaction
-    from django.db.models import Count, Max, Min
-
-    from executions.models import ExecutionEvent
 
     with connection.cursor() as cursor:
         cursor.execute("CHECKPOINT")  # no checkpoint of earlier writes in the middle of the drain
@@ -407,12 +404,7 @@ def drain_on(clusters: Clusters, count: int) -> dict:
     wait_drained(clusters)
     machine1, cluster1, wall = machine_busy_seconds(), clusters.cpu_seconds(), time.perf_counter() - started
     rss = clusters.rss_mib()
-    events = ExecutionEvent.objects.filter(execution_id__in=ids)
-    first_lock = events.filter(variant="locked").aggregate(t=Min("created_at"))["t"]
-    finished = events.filter(variant="finished").aggregate(t=Max("created_at"), n=Count("pk"))
-    if finished["n"] != count:
-        raise SystemExit(f"drain: {finished['n']} of {count} executions have a finished event")
-    seconds = (finished["t"] - first_lock).total_seconds()
+    seconds = drain_seconds(ids)
     return {
         "exec_s": count / seconds,
         "events_s": 3 * count / seconds,
@@ -448,7 +440,8 @@ def one_at_a_time(count: int) -> dict:
     return {"exec_s": count / seconds, "submit_s": count / submitted}
 
 
-def latency(count: int) -> dict:
+def latency_samples(count: int) -> list[float]:
+    """Submit → result seen by the client, ms, for ``count`` executions back to back."""
     from executions import store
     from workers.submission import submit
 
@@ -458,7 +451,26 @@ def latency(count: int) -> dict:
         execution_id, _ = submit(FFQN, [])
         store.wait_for_finished_result(execution_id, timeout=60)
         samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def latency(count: int) -> dict:
+    samples = latency_samples(count)
     return {"p50": percentile(samples, 0.5), "p99": percentile(samples, 0.99), "mean": statistics.fmean(samples)}
+
+
+def drain_seconds(ids: list[str]) -> float:
+    """First ``Locked`` to last ``Finished`` of the executions ``ids``, from their log."""
+    from django.db.models import Count, Max, Min
+
+    from executions.models import ExecutionEvent
+
+    events = ExecutionEvent.objects.filter(execution_id__in=ids)
+    first_lock = events.filter(variant="locked").aggregate(t=Min("created_at"))["t"]
+    finished = events.filter(variant="finished").aggregate(t=Max("created_at"), n=Count("pk"))
+    if finished["n"] != len(ids):
+        raise SystemExit(f"drain: {finished['n']} of {len(ids)} executions have a finished event")
+    return (finished["t"] - first_lock).total_seconds()
 
 
 def engine(url: str, workers: int, clusters: int, args, serial: bool) -> dict:
