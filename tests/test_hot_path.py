@@ -20,6 +20,7 @@ from executions.models import ExecutionEvent, ExecutionState
 from tests.helpers import FFQN, create, lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
+SERVED = "test:acts/basic.noop"  # a function of tests.components, which the broker serves
 
 
 def finish(execution_id: str, value) -> None:
@@ -116,3 +117,26 @@ def test_waiting_for_an_unknown_execution_is_not_found_and_names_it():
     known = create()
     with pytest.raises(errors.NotFound, match="E_01"):
         store.wait_for_finished([known, "E_01JAAAAAAAAAAAAAAAAAAAAAAA"], timeout=1)
+
+
+@pytest.mark.postgres_only
+def test_a_worker_counted_as_lingering_delays_a_claim_task_but_never_strands_work():
+    """The broker holds its claim task back while a worker lingers (that worker claims the
+    new work itself). If that worker died while counted, the work is still handed out: the
+    broker looks at the tables again and sends the claim task."""
+    from workers import lingering
+    from workers.broker import ExecutionBroker
+
+    lingering.prepare_cluster()
+    try:
+        with lingering.lingering():  # a worker that will never claim anything
+            broker = ExecutionBroker()
+            broker.dequeue()  # subscribes; the tables hold nothing due yet
+            create(SERVED)
+            deadline = time.monotonic() + 30  # a safety limit, not a timing assertion
+            tasks = None
+            while tasks is None and time.monotonic() < deadline:
+                tasks = broker.dequeue()
+            assert tasks, "the claim task never went out"
+    finally:
+        lingering._count = None
