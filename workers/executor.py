@@ -133,8 +133,6 @@ class ActivityExecutor:
                     idle_until = time.monotonic() + linger
                 if due.activities or due.workflows:
                     continue
-                if lingering.someone_lingers() and not self.workflows.busy():
-                    break  # one lingering worker is enough: it claims what comes next
                 with lingering.lingering():
                     due = self._wait_for_work(idle_until)
                 if due is None:

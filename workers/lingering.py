@@ -1,15 +1,12 @@
 """How many of a cluster's worker processes linger for new work: a counter they share.
 
 A worker that has just run something waits briefly for more (``ActivityExecutor.
-claim_and_run``) and is woken by LISTEN, so it claims new work itself. One lingering worker
-is enough: a worker that finds another one lingering gives its process back instead (unless
-it runs workflows, which may need its activities). The broker, woken by the same
-notification, holds its claim task back for ``ExecutionBroker.REEMIT_AFTER`` while a worker
-lingers. Measured with 2 workers, one-at-a-time submission: every worker woke for every
-execution and raced for it, and claim tasks raced them too, at 2.2–3.1 ms of cluster CPU per
-execution against 0.9 with 1 worker; with one lingerer, 1.5 ms. If the work is still due
-after that delay, the claim task goes out, so a worker that died while counted costs that
-delay, never an execution.
+claim_and_run``) and is woken by LISTEN, so it claims new work itself. The broker, woken by
+the same notification, then holds its claim task back for ``ExecutionBroker.REEMIT_AFTER``:
+a claim task on top would only have a second worker race the lingering one for the same
+row (measured: with 2 workers, one-at-a-time submission got slower than with 1). If the
+work is still due after that, the claim task goes out, so a worker that died while counted
+costs that delay, never an execution.
 """
 
 from __future__ import annotations

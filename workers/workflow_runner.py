@@ -319,10 +319,6 @@ class WorkflowPool:
             self._running = {thread for thread in self._running if thread.is_alive()}
             return self.size - len(self._running)
 
-    def busy(self) -> bool:
-        """Whether a workflow runs in this process (it may need this process's activities)."""
-        return self.free() < self.size
-
     def start(self, locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
         thread = threading.Thread(
             target=run_workflow, args=(locked, spec, deployment_id), name=f"workflow {locked.execution_id}", daemon=True
