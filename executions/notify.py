@@ -80,22 +80,15 @@ class Notes:
     def publish(self, statements=None, using: str = "default") -> None:
         """Call inside the operation's transaction, after its last write. With
         ``statements`` (an ``executions.sql.Statements``) the NOTIFY joins that batch."""
-        if self.add_to(statements, using):
-            messages = self.messages()
-            transaction.on_commit(lambda: _HUB.deliver(messages), using=using)
+        if messages := self.add_to(statements, using):
+            transaction.on_commit(lambda: deliver_locally(messages), using=using)
 
-    def deliver_locally(self) -> None:
-        """For a batch sent as its own transaction (``Statements.run_in_own_transaction``):
-        wake this process's listeners once it has committed."""
-        if messages := self.messages():
-            _HUB.deliver(messages)
-
-    def add_to(self, statements=None, using: str = "default") -> bool:
-        """Add the NOTIFY (PostgreSQL) to ``statements``, or run it now; whether there
-        was anything to announce."""
+    def add_to(self, statements=None, using: str = "default") -> list[tuple[str, str]]:
+        """Add the NOTIFY (PostgreSQL) to ``statements``, or run it now; returns the
+        messages, for ``deliver_locally`` once the transaction has committed."""
         messages = self.messages()
         if not messages:
-            return False
+            return messages
         if is_postgres(using):
             placeholders = ", ".join("pg_notify(%s, %s)" for _ in messages)
             sql, params = f"SELECT {placeholders}", [part for message in messages for part in message]
@@ -105,7 +98,13 @@ class Notes:
                 with connections[using].cursor() as cursor:
                     cursor.execute(sql, params)
             _HUB.own_session(connections[using].connection)
-        return True
+        return messages
+
+
+def deliver_locally(messages: list[tuple[str, str]]) -> None:
+    """Wake this process's listeners for what a committed transaction announced."""
+    if messages:
+        _HUB.deliver(messages)
 
 
 FINISHED_VALUE_LIMIT = 1000  # characters of return-value JSON carried in a notification

@@ -85,6 +85,40 @@ def history(event) -> HistoryEventRecord:
     return HistoryEventRecord(event=event)
 
 
+def start_child(
+    parent: str,
+    js: str,
+    version: int,
+    *,
+    ffqn: str = FFQN,
+    component: ComponentId = ACTIVITY,
+    fence: store.Fence | None = None,
+    now=None,
+) -> tuple[str, int]:
+    """``parent`` opens join set ``js`` and starts one child of ``ffqn`` in it (the store
+    writes both events and creates the child). Returns ``(child id, next version)``."""
+    child = str(ExecutionId.parse(parent).child(JoinSetId.parse(js), 1))
+    request = ChildExecutionRequest(child_execution_id=child, target_ffqn=ffqn, params=[])
+    version = store.append_batch_create_new_execution(
+        parent,
+        version,
+        [history(JoinSetCreate(join_set_id=js)), history(JoinSetRequest(join_set_id=js, request=request))],
+        [
+            store.CreateRequest(
+                execution_id=child,
+                ffqn=ffqn,
+                params=[],
+                component_id=component,
+                deployment_id=DEPLOYMENT,
+                parent=(parent, js),
+            )
+        ],
+        fence=fence,
+        now=now,
+    )
+    return child, version
+
+
 def block_on_child(
     execution_id: str, locked: store.LockedExecution, *, now=None, name: str = "js"
 ) -> tuple[str, str, int]:
@@ -93,32 +127,7 @@ def block_on_child(
     Returns ``(join set id, child id, next version)``; the workflow ends up blocked.
     """
     js = JoinSetId("n", name)
-    child = str(ExecutionId.parse(execution_id).child(js, 1))
-    version = store.append_batch_create_new_execution(
-        execution_id,
-        locked.next_version,
-        [
-            history(JoinSetCreate(join_set_id=str(js))),
-            history(
-                JoinSetRequest(
-                    join_set_id=str(js),
-                    request=ChildExecutionRequest(child_execution_id=child, target_ffqn=FFQN, params=[]),
-                )
-            ),
-        ],
-        [
-            store.CreateRequest(
-                execution_id=child,
-                ffqn=FFQN,
-                params=[],
-                component_id=ACTIVITY,
-                deployment_id=DEPLOYMENT,
-                parent=(execution_id, str(js)),
-            )
-        ],
-        fence=locked.fence,
-        now=now,
-    )
+    child, version = start_child(execution_id, str(js), locked.next_version, fence=locked.fence, now=now)
     run_expires_at = locked.locked.lock_expires_at
     version = store.append(
         execution_id,

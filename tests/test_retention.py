@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from executions import errors, store
 from executions.events import (
-    ChildExecutionRequest,
     DelayRequest,
     Finished,
     JoinSetCreate,
@@ -36,7 +35,7 @@ from executions.events import (
 from executions.ids import DelayId, ExecutionId, JoinSetId, new_run_id
 from executions.models import Backtrace, ExecutionBacktrace, ExecutionState
 from tests import helpers
-from tests.helpers import ACTIVITY, DEPLOYMENT, FFQN, T0, WORKFLOW, WORKFLOW_FFQN, history
+from tests.helpers import ACTIVITY, FFQN, T0, WORKFLOW, WORKFLOW_FFQN, history, start_child
 from tests.test_cli import refused, run
 from tests.workers_support import WorkerCluster, wait_until
 from workers import retention
@@ -64,31 +63,8 @@ def finish(execution_id: str, *, now) -> None:
 
 def submit_child(parent: str, js: str, *, workflow: bool = False, now) -> str:
     """``parent`` opens join set ``js`` and starts one child in it (the store writes both)."""
-    child = str(ExecutionId.parse(parent).child(JoinSetId.parse(js), 1))
     ffqn, component = (WORKFLOW_FFQN, WORKFLOW) if workflow else (FFQN, ACTIVITY)
-    store.append_batch_create_new_execution(
-        parent,
-        store.get_state(parent).next_version,
-        [
-            history(JoinSetCreate(join_set_id=js)),
-            history(
-                JoinSetRequest(
-                    join_set_id=js, request=ChildExecutionRequest(child_execution_id=child, target_ffqn=ffqn, params=[])
-                )
-            ),
-        ],
-        [
-            store.CreateRequest(
-                execution_id=child,
-                ffqn=ffqn,
-                params=[],
-                component_id=component,
-                deployment_id=DEPLOYMENT,
-                parent=(parent, js),
-            )
-        ],
-        now=now,
-    )
+    child, _ = start_child(parent, js, store.get_state(parent).next_version, ffqn=ffqn, component=component, now=now)
     return child
 
 

@@ -143,14 +143,14 @@ class ActivityExecutor:
             self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
         return done
 
-    def _claim_activities(self, limit: int) -> list[store.LockedExecution]:
-        batch = store.lock_pending(
-            self.terms,
-            limit=limit,
-            executor_id=self.executor_id,
-            run_id=new_run_id(),
-            deployment_id=self.deployment_id,
+    def _claim(self, terms: dict[str, store.LockTerms], limit: int) -> list[store.LockedExecution]:
+        """Lock up to ``limit`` due executions of the functions of ``terms`` (one transaction)."""
+        return store.lock_pending(
+            terms, limit=limit, executor_id=self.executor_id, run_id=new_run_id(), deployment_id=self.deployment_id
         )
+
+    def _claim_activities(self, limit: int) -> list[store.LockedExecution]:
+        batch = self._claim(self.terms, limit)
         self._outage.recovered()
         return batch
 
@@ -162,13 +162,7 @@ class ActivityExecutor:
             self._workflows_waiting = bool(self.workflow_terms)
             return 0
         self._workflows_waiting = False
-        claimed = store.lock_pending(
-            self.workflow_terms,
-            limit=room,
-            executor_id=self.executor_id,
-            run_id=new_run_id(),
-            deployment_id=self.deployment_id,
-        )
+        claimed = self._claim(self.workflow_terms, room)
         for locked in claimed:
             self.workflows.start(locked, self.functions[locked.ffqn], self.deployment_id)
         return len(claimed)

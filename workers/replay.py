@@ -1247,7 +1247,7 @@ class EventHistory:
             event = JoinNextTooMany(join_set_id=join_set_id, requested_ffqn=ffqn)
         if isinstance(event, JoinNext) and self._queue.peek(join_set_id) is not None:
             # The response it takes is in hand: it cannot block, so under a buffer it is
-            # buffered like a cacheable event (decision D43; upstream writes it at once).
+            # buffered like a cacheable event (decisions.md D46; upstream writes it at once).
             # Lost in a crash, it is written again by the replay, which finds the same
             # response, since responses are only ever appended.
             self._write_non_blocking(event)

@@ -150,10 +150,8 @@ class StoreWaiter:
             if remaining <= 0 or shutdown.stopping() or self._cancelling():
                 return []
             notes = self._listener.wait(min(remaining, 1.0))
-            self._check_cancel = (
-                self._check_cancel
-                or not notes
-                or any(note.channel == notify.CANCEL and self.execution_id in note.items for note in notes)
+            self._check_cancel = not notes or any(
+                note.channel == notify.CANCEL and self.execution_id in note.items for note in notes
             )
 
     def _cancelling(self) -> bool:

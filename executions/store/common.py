@@ -109,7 +109,7 @@ def columns_of(model, alias: str | None = None) -> str:
     return ", ".join(prefix + field.column for field in model._meta.concrete_fields)
 
 
-_STATE_COLUMNS = columns_of(ExecutionState)
+STATE_COLUMNS = columns_of(ExecutionState)
 
 
 def _rows_for_update(execution_ids) -> dict[str, ExecutionState]:
@@ -120,7 +120,7 @@ def _rows_for_update(execution_ids) -> dict[str, ExecutionState]:
         return {}
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     where, params = in_list(ids)
-    sql = f"SELECT {_STATE_COLUMNS} FROM t_state WHERE execution_id {where} ORDER BY execution_id{lock}"
+    sql = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id {where} ORDER BY execution_id{lock}"
     return {row.pk: row for row in load_rows(ExecutionState, sql, params)}
 
 

@@ -64,11 +64,11 @@ def _create_in_one_message(
     notes = notify.Notes()
     try:
         _create_in_tx(execution_id, created, False, now, notes, statements)
-        notes.add_to(statements)
+        messages = notes.add_to(statements)
         statements.run_in_own_transaction()
     except IntegrityError as error:
         return _existing_create(str(execution_id), created, error)
-    notes.deliver_locally()
+    notify.deliver_locally(messages)
     return CreateOutcome(1, already_existed=False)
 
 

@@ -27,7 +27,16 @@ from executions.models import (
     LogEntry,
 )
 from executions.sql import in_list
-from executions.store.common import _eid, _json, _record, _snapshot, columns_of, load_rows, load_rows_with_extras
+from executions.store.common import (
+    STATE_COLUMNS,
+    _eid,
+    _json,
+    _record,
+    _snapshot,
+    columns_of,
+    load_rows,
+    load_rows_with_extras,
+)
 from executions.store.datatypes import EventRecord, ExecutionLog, Response
 
 
@@ -69,7 +78,7 @@ def list_logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list
     return list(LogEntry.objects.filter(execution_id=_eid(execution_id), id__gt=after_id).order_by("id")[:limit])
 
 
-_STATE_SQL = f"SELECT {columns_of(ExecutionState)} FROM t_state WHERE execution_id = %s"
+_STATE_SQL = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id = %s"
 
 
 def get_state(execution_id: str) -> ExecutionState:
@@ -173,7 +182,7 @@ SELECT {columns}, f.json_value AS child_finished
 FROM t_join_set_response r
 LEFT JOIN t_execution_log f
     ON f.execution_id = r.child_execution_id AND f.version = r.finished_version AND f.variant = 'finished'
-WHERE r.execution_id IN ({ids}) AND r.seq > %s
+WHERE r.execution_id {where} AND r.seq > %s
 ORDER BY r.execution_id, r.seq
 """
 
@@ -183,8 +192,9 @@ def _responses_of(
 ) -> dict[str, list[Response]]:
     """Responses with their children's results, in one query (a waiting run asks at every
     wake-up: no ORM query to build)."""
-    sql = _RESPONSES_SQL.format(columns=_RESPONSE_COLUMNS, ids=", ".join(["%s"] * len(execution_ids)))
-    params = [*execution_ids, after_seq]
+    where, params = in_list(execution_ids)
+    sql = _RESPONSES_SQL.format(columns=_RESPONSE_COLUMNS, where=where)
+    params.append(after_seq)
     if limit is not None:
         sql += " LIMIT %s"
         params.append(limit)
@@ -235,26 +245,27 @@ def get_finished_result(execution_id: str) -> RetVal | None:
 
 def get_finished_results(execution_ids: Iterable[str]) -> dict[str, RetVal]:
     """Return values of those of ``execution_ids`` that are finished (one query)."""
-    return {execution_id: value for execution_id, (_, value) in _progress(list(execution_ids)).items() if value}
+    return {execution_id: value for execution_id, value in _progress(list(execution_ids)).items() if value}
 
 
-def _progress(execution_ids: list[str]) -> dict[str, tuple[str, RetVal | None]]:
-    """``{id: (state, return value or None)}`` of those of ``execution_ids`` that exist, in
-    one query per 500 ids (a waiter asks at every wake-up: a fixed statement)."""
+def _progress(execution_ids: list[str]) -> dict[str, RetVal | None]:
+    """``{id: return value, or None while it runs}`` of those of ``execution_ids`` that
+    exist, in one query per 500 ids (a waiter asks at every wake-up: a fixed statement)."""
     out = {}
     for start in range(0, len(execution_ids), 500):
         chunk = execution_ids[start : start + 500]
         where, params = in_list(chunk)
         with connection.cursor() as cursor:
             cursor.execute(_PROGRESS_SQL.format(where=where), params)
-            for execution_id, state, json_value in cursor.fetchall():
-                value = retval_from_json(_json(json_value)[Finished.VARIANT]["retval"]) if json_value else None
-                out[execution_id] = (state, value)
+            for execution_id, json_value in cursor.fetchall():
+                out[execution_id] = (
+                    retval_from_json(_json(json_value)[Finished.VARIANT]["retval"]) if json_value else None
+                )
     return out
 
 
 _PROGRESS_SQL = """
-SELECT s.execution_id, s.state, f.json_value
+SELECT s.execution_id, f.json_value
 FROM t_state s
 LEFT JOIN t_execution_log f
     ON s.state = 'finished' AND f.execution_id = s.execution_id AND f.version = s.corresponding_version
@@ -290,7 +301,7 @@ def wait_for_finished(
         missing = remaining - progress.keys()
         if missing:
             raise errors.NotFound(f"execution `{min(missing)}` not found")
-        found = {execution_id: value for execution_id, (_, value) in progress.items() if value is not None}
+        found = {execution_id: value for execution_id, value in progress.items() if value is not None}
         last_full_check = time.monotonic()
         while True:
             results.update(found)

@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from executions import errors
 from executions.models import ExecutionState
-from executions.sql import Statements
+from executions.sql import Statements, in_list
 from executions.state_machine import State
 from executions.store.common import _now, _write_transaction
 
@@ -175,8 +175,7 @@ def _delete(ids: list[str]) -> None:
     state_table, state_column = ExecutionState._meta.db_table, ExecutionState._meta.pk.column
     statements = Statements()
     for start in range(0, len(ids), _IDS_PER_STATEMENT):
-        chunk = ids[start : start + _IDS_PER_STATEMENT]
-        placeholders = ", ".join(["%s"] * len(chunk))
+        where, params = in_list(ids[start : start + _IDS_PER_STATEMENT])
         for table, column in [*_dependent_tables(), (state_table, state_column)]:
-            statements.add(f"DELETE FROM {quote(table)} WHERE {quote(column)} IN ({placeholders})", chunk)
+            statements.add(f"DELETE FROM {quote(table)} WHERE {quote(column)} {where}", params)
         statements.run()
