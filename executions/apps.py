@@ -13,6 +13,8 @@ def _load_json_as_text(sender, connection, **kwargs):
 
 class ExecutionsConfig(AppConfig):
     name = "executions"
+    # A unique label: a host project may have its own `executions` app (decisions.md D49).
+    label = "obelisk_executions"
     verbose_name = "Executions"
     default_auto_field = "django.db.models.BigAutoField"
 

@@ -352,3 +352,28 @@ class ExecutionBacktrace(models.Model):
                 name="t_execution_backtrace_range",
             ),
         ]
+
+
+class AuditEntry(models.Model):
+    """``t_audit``: who did what to an execution, from the console, the API or the CLI.
+
+    Written by ``store.audited`` in the same transaction as the action's own events, so an
+    action and its record commit together. ``execution_id`` is plain text, not a foreign
+    key: the record outlives the execution when retention deletes it.
+    """
+
+    created_at = models.DateTimeField()
+    actor = models.CharField(max_length=256, help_text="The user (or token owner) who acted.")
+    via = models.CharField(max_length=16, help_text="admin, api or cli")
+    action = models.CharField(max_length=32)
+    execution_id = models.CharField(max_length=1024)
+    detail = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "t_audit"
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit entries"
+        indexes = [Index(fields=["execution_id", "created_at"], name="t_audit_execution")]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.execution_id}"

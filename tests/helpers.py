@@ -151,3 +151,12 @@ def event_variants(execution_id: str) -> list[str]:
     return list(
         ExecutionEvent.objects.filter(execution_id=execution_id).order_by("version").values_list("variant", flat=True)
     )
+
+
+def deploy_components(modules=("tests.components",)) -> str:
+    """Register and activate the deployment of ``modules``, as a worker does at start, so a
+    process without the code (the CLI, the API) can submit their functions."""
+    from deployments.registration import ensure_code_deployment
+    from workers.registry import load_components
+
+    return ensure_code_deployment(load_components(list(modules)), activate=True)

@@ -23,9 +23,9 @@ from django.core.management.base import CommandError
 
 from executions import errors, store
 from executions.events import Err, ExecutionFailure, Finished, Ok
+from executions.management.commands import _cli
 from tests import helpers
 from tests.workers_support import BASE_DIR, current_database_url
-from workers.management.commands import _cli
 from workers.submission import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,6 +33,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ADD = "test:acts/basic.add"
 PROCESS_TIMEOUT = 60  # seconds; a safety limit only (a hanging command fails the test)
 MAX_ERROR_LINE = 1000  # an error line quoting a 100 KB input must stay far below its size
+
+
+@pytest.fixture(autouse=True)
+def deployed():
+    """The test components' deployment, as a worker registers it at start: the commands
+    validate calls against it and import no component code."""
+    return helpers.deploy_components()
 
 
 def run(*argv: str | bytes) -> subprocess.CompletedProcess:
@@ -206,7 +213,7 @@ def test_submit_wait_that_times_out_exits_5_after_submitting():
 
 def test_help_lists_the_exit_statuses():
     """The statuses are documented where users look: every command's --help."""
-    from workers.management.commands import obelisk_status, obelisk_submit
+    from executions.management.commands import obelisk_status, obelisk_submit
 
     for module in (obelisk_status, obelisk_submit):
         text = " ".join(module.Command().create_parser("manage.py", "cmd").format_help().split())

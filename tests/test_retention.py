@@ -33,13 +33,13 @@ from executions.events import (
     Ok,
 )
 from executions.ids import DelayId, ExecutionId, JoinSetId, new_run_id
+from executions.management.commands import _cli
 from executions.models import Backtrace, ExecutionBacktrace, ExecutionState
 from tests import helpers
 from tests.helpers import ACTIVITY, FFQN, T0, WORKFLOW, WORKFLOW_FFQN, history, start_child
 from tests.test_cli import refused, run
 from tests.workers_support import WorkerCluster, wait_until
 from workers import retention
-from workers.management.commands import _cli
 from workers.submission import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

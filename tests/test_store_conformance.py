@@ -9,10 +9,10 @@ database. "Nothing written" is checked by comparing ``db_snapshot()`` before and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import timedelta
 
 import pytest
-from django.forms.models import model_to_dict
 
 from executions import errors, store
 from executions.events import (
@@ -1308,7 +1308,11 @@ def test_get_returns_events_responses_and_state_consistently():
     finish(child, Ok("done"), now=at(4))
     log = store.get(wf)
     state = row(wf)
-    assert model_to_dict(log.state) == model_to_dict(state)
+    assert log.state == store.ExecutionSnapshot.of(state)
+    # A read hands out a frozen value, not a model a caller could save around the store.
+    assert not hasattr(log.state, "save")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        log.state.state = "finished"
     assert (log.state.state, log.state.pending_expires_finished) == ("pending_at", at(10))
     assert log.next_version == state.next_version == 5
     assert [e.version for e in log.events] == list(range(5))

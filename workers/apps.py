@@ -3,6 +3,8 @@ from django.apps import AppConfig
 
 class WorkersConfig(AppConfig):
     name = "workers"
+    # A unique label: a host project may have its own `workers` app (decisions.md D49).
+    label = "obelisk_workers"
     verbose_name = "Workers"
     default_auto_field = "django.db.models.BigAutoField"
 

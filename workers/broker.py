@@ -24,16 +24,13 @@ from __future__ import annotations
 import logging
 import time
 
-from django.db.models import Min
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.humanhash import uuid
 from django_q.signing import SignedPackage
 
-from executions import notify
-from executions.models import ExecutionState
+from executions import notify, store
 from executions.outage import DATABASE_ERRORS, Outage
-from executions.state_machine import Lifecycle, State
 from workers import lingering
 from workers.shutdown import ignore_sigterm
 
@@ -159,11 +156,7 @@ class ExecutionBroker(ORM):
     def _refresh_due(self, now: float) -> None:
         """Ask the tables when the next served execution is due."""
         self._recheck_at = now + self.MAX_WAIT
-        first = None
-        if self._served:
-            first = ExecutionState.objects.filter(
-                state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE, ffqn__in=list(self._served)
-            ).aggregate(first=Min("pending_expires_finished"))["first"]
+        first = store.next_pending_at(self._served)
         if first is None:
             self._due_at = None
             return

@@ -50,6 +50,14 @@ class Parameter:
     def json_schema(self) -> dict:
         return self.adapter.json_schema()
 
+    def describe(self) -> dict:
+        """The parameter as stored in ``exports_json``: name, JSON Schema and, when it has
+        one, its default as JSON, so a client without the code can validate a call."""
+        entry = {"name": self.name, "type": self.json_schema()}
+        if self.default is not inspect.Parameter.empty:
+            entry["default"] = self.adapter.dump_python(self.default, mode="json")
+        return entry
+
 
 @dataclass(eq=False)
 class ActivityFunction:
@@ -145,7 +153,7 @@ class ActivityFunction:
         """The function's entry in its component's ``exports_json``."""
         return {
             "ffqn": self.ffqn,
-            "parameter_types": [{"name": p.name, "type": p.json_schema()} for p in self.parameters],
+            "parameter_types": [p.describe() for p in self.parameters],
             "return_type": self.returns.json_schema() if self.return_annotation is not inspect.Signature.empty else {},
             "extension": None,
             "submittable": True,

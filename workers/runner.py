@@ -41,7 +41,6 @@ from pydantic import TypeAdapter
 
 from executions import conf, errors, store
 from executions.events import Err, Event, ExecutionFailure, Finished, Ok, Unlocked
-from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
 from workers import shutdown
@@ -282,8 +281,10 @@ class Watchdog:
                 self._interrupt(run, ActivityCancelled)
 
     def _cancel_requested(self, run: WatchedRun) -> bool:
-        lifecycle = ExecutionState.objects.filter(pk=run.execution_id).values_list("lifecycle", flat=True).first()
-        return lifecycle == Lifecycle.CANCELLING
+        try:
+            return store.get_state(run.execution_id).lifecycle == Lifecycle.CANCELLING
+        except errors.NotFound:
+            return False
 
     def _hard_stop(self, run: WatchedRun) -> None:
         """The activity ignored its interrupt: record the outcome and end the process."""

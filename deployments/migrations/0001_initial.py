@@ -97,7 +97,7 @@ class Migration(migrations.Migration):
                     models.ForeignKey(
                         db_column="component_digest",
                         on_delete=django.db.models.deletion.PROTECT,
-                        to="deployments.componentmetadata",
+                        to="obelisk_deployments.componentmetadata",
                     ),
                 ),
                 (
@@ -106,7 +106,7 @@ class Migration(migrations.Migration):
                         db_column="deployment_id",
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="components",
-                        to="deployments.deployment",
+                        to="obelisk_deployments.deployment",
                     ),
                 ),
             ],
@@ -144,7 +144,7 @@ class Migration(migrations.Migration):
                         db_column="deployment_id",
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="files",
-                        to="deployments.deployment",
+                        to="obelisk_deployments.deployment",
                     ),
                 ),
             ],
@@ -164,7 +164,7 @@ class Migration(migrations.Migration):
                 (
                     "file",
                     models.ForeignKey(
-                        db_column="digest", on_delete=django.db.models.deletion.PROTECT, to="deployments.file"
+                        db_column="digest", on_delete=django.db.models.deletion.PROTECT, to="obelisk_deployments.file"
                     ),
                 ),
             ],

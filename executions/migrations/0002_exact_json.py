@@ -7,7 +7,7 @@ import executions.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("executions", "0001_initial"),
+        ("obelisk_executions", "0001_initial"),
     ]
 
     operations = [

@@ -26,6 +26,7 @@ on commit.
 """
 
 from executions.store.append import append, append_batch, append_batch_create_new_execution, append_many
+from executions.store.audit import AuditRecord, audited, list_audit
 from executions.store.create import create, create_many
 from executions.store.datatypes import (
     STATUS_FILTERS,
@@ -37,12 +38,15 @@ from executions.store.datatypes import (
     CreateRequest,
     DelayOutcome,
     EventRecord,
+    ExecutionDetail,
     ExecutionFilter,
     ExecutionLog,
+    ExecutionSnapshot,
     ExpiredDelay,
     Fence,
     LockedExecution,
     LockTerms,
+    LogRecord,
     Page,
     Response,
 )
@@ -61,6 +65,7 @@ from executions.store.reads import (
     append_logs,
     get,
     get_created,
+    get_detail,
     get_event,
     get_finished_result,
     get_finished_results,
@@ -77,9 +82,16 @@ from executions.store.reads import (
 )
 from executions.store.responses import append_delay_response, append_response_for_test, pause_delay, unpause_delay
 from executions.store.retention import delete_finished
-from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_timer_at
+from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
 
 __all__ = [
+    "AuditRecord",
+    "ExecutionDetail",
+    "ExecutionSnapshot",
+    "LogRecord",
+    "audited",
+    "get_detail",
+    "list_audit",
     "AppendItem",
     "AttemptFailed",
     "CancelOutcome",
@@ -133,6 +145,7 @@ __all__ = [
     "list_responses",
     "lock_one",
     "lock_pending",
+    "next_pending_at",
     "next_timer_at",
     "pause_delay",
     "pause_execution",

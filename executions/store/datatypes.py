@@ -19,6 +19,8 @@ from executions.events import (
 from executions.models import (
     ExecutionState,
 )
+from executions.outcome import outcome_of
+from executions.state_machine import Lifecycle, State
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,91 @@ class LockedExecution:
 
 
 @dataclass(frozen=True)
+class LogRecord:
+    id: int
+    run_id: str
+    created_at: datetime
+    level: str | None  # trace, debug, info, warn, error; None for a std-stream chunk
+    message: str | None
+    stream: str | None  # stdout or stderr
+    payload: bytes | None
+
+
+@dataclass(frozen=True)
+class ExecutionSnapshot:
+    """One execution's ``t_state`` row as read: a frozen value, not a saveable model, so a
+    reader cannot write around the store. Field names are the table's columns."""
+
+    execution_id: str
+    is_top_level: bool
+    corresponding_version: int
+    ffqn: str
+    created_at: datetime
+    component_id_input_digest: str
+    component_type: str
+    first_scheduled_at: datetime
+    deployment_id: str
+    pending_expires_finished: datetime
+    state: str
+    updated_at: datetime
+    intermittent_event_count: int
+    max_retries: int | None
+    retry_exp_backoff_millis: int | None
+    last_lock_version: int | None
+    executor_id: str | None
+    run_id: str | None
+    lock_generation: int
+    join_set_id: str | None
+    join_set_closing: bool | None
+    result_kind: str | None
+    incompatible_digest: str | None
+    lifecycle: str
+
+    @classmethod
+    def of(cls, row: ExecutionState) -> ExecutionSnapshot:
+        return cls(**{name: getattr(row, name) for name in _SNAPSHOT_FIELDS})
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state == State.FINISHED
+
+    @property
+    def next_version(self) -> int:
+        """The version the next appended event must carry (the finished event's own, once finished)."""
+        return self.corresponding_version if self.is_finished else self.corresponding_version + 1
+
+    @property
+    def status(self) -> str:
+        """One word for lists: the lifecycle overlay wins over the state."""
+        return self.lifecycle if self.lifecycle != Lifecycle.ACTIVE else self.state
+
+    def outcome(self, now: datetime) -> str:
+        """``executions.outcome``: ok, error, a failure kind, or where it is now."""
+        return outcome_of(self.state, self.lifecycle, self.result_kind, self.pending_expires_finished, now)
+
+
+_SNAPSHOT_FIELDS = tuple(ExecutionSnapshot.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class ExecutionDetail:
+    """Everything a person asks about one execution, read from one snapshot: the row, the
+    call (arguments, schedule, metadata), the result, and its place in a tree."""
+
+    state: ExecutionSnapshot
+    params: list[Any]
+    metadata: dict[str, str]
+    scheduled_at: datetime
+    parent_id: str | None
+    children: list[str]
+    retval: RetVal | None
+    finished_at: datetime | None
+    attempts: int  # runs started (``Locked`` events)
+
+
+@dataclass(frozen=True)
 class ExecutionLog:
-    state: ExecutionState
+    state: ExecutionSnapshot
     events: list[EventRecord]
     responses: list[Response]
 
@@ -175,6 +260,11 @@ class ExecutionFilter:
     deployment_id: str | None = None
     component_digest: str | None = None
     statuses: tuple[str, ...] = ()
+    # ``executions.outcome`` names (``failed`` = every failure kind); ORed, like statuses.
+    outcomes: tuple[str, ...] = ()
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+    parent_id: str | None = None  # direct children of this execution (implies show_derived)
 
 
 STATUS_FILTERS = (

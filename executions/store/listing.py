@@ -9,15 +9,17 @@ from django.db.models import Q
 
 from executions import errors
 from executions.events import check_text
+from executions.ids import ExecutionId
 from executions.models import (
     ExecutionState,
 )
+from executions.outcome import FINISHED_OUTCOMES, expand_outcomes, result_kind_of_outcome
 from executions.state_machine import (
     Lifecycle,
     State,
 )
 from executions.store.common import _now
-from executions.store.datatypes import STATUS_FILTERS, ExecutionFilter, Page
+from executions.store.datatypes import STATUS_FILTERS, ExecutionFilter, ExecutionSnapshot, Page
 
 MAX_FILTER_CHARS = 1024  # longest text filter; the longest column compared (execution_id) has 1024
 MAX_CURSOR_CHARS = 2048
@@ -37,7 +39,7 @@ def _filter_text(value: object, what: str) -> str:
     return value
 
 
-def encode_cursor(row: ExecutionState) -> str:
+def encode_cursor(row: ExecutionSnapshot) -> str:
     raw = f"{row.created_at.isoformat()}|{row.execution_id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
@@ -75,12 +77,54 @@ def _status_condition(status: str, now: datetime) -> Q:
     }[status]
 
 
+# Unfinished outcomes are statuses under another name (``executions.outcome``).
+_UNFINISHED_OUTCOME_STATUS = {
+    "pending": "pending",
+    "scheduled": "scheduled",
+    "running": "locked",
+    "blocked": "blocked",
+    "paused": "paused",
+    "cancelling": "cancelling",
+}
+
+
+def _outcome_condition(outcomes, now: datetime) -> Q:
+    try:
+        expanded = expand_outcomes(outcomes)
+    except ValueError as error:
+        raise errors.ValidationFailed(errors.excerpt(str(error), 300)) from None
+    finished = [result_kind_of_outcome(o) for o in expanded if o in FINISHED_OUTCOMES]
+    condition = Q(state=State.FINISHED, result_kind__in=finished) if finished else Q(pk__in=[])
+    for outcome in expanded:
+        if outcome not in FINISHED_OUTCOMES:
+            condition |= _status_condition(_UNFINISHED_OUTCOME_STATUS[outcome], now)
+    return condition
+
+
+def _aware(value: object, what: str) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise errors.ValidationFailed(f"{what} must be a timezone-aware datetime")
+    return value
+
+
 def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):
     """The queryset of ``list_executions`` (also used by the admin's counts)."""
     now = _now(now)
     query = ExecutionState.objects.all()
-    if not filters.show_derived:
+    if filters.parent_id:
+        parent = ExecutionId.parse(_filter_text(filters.parent_id, "parent id"))
+        # Children are `<parent>.<kind>:<name>_<idx>` with no further `.` after the prefix.
+        query = query.filter(execution_id__startswith=f"{parent}.").exclude(
+            execution_id__regex=r"^" + str(parent).replace(".", r"\.") + r"\.[^.]*\."
+        )
+    elif not filters.show_derived:
         query = query.filter(is_top_level=True)
+    if filters.created_after is not None:
+        query = query.filter(created_at__gte=_aware(filters.created_after, "created_after"))
+    if filters.created_before is not None:
+        query = query.filter(created_at__lt=_aware(filters.created_before, "created_before"))
+    if filters.outcomes:
+        query = query.filter(_outcome_condition(filters.outcomes, now))
     if filters.ffqn_prefix:
         query = query.filter(ffqn__startswith=_filter_text(filters.ffqn_prefix, "function prefix"))
     if filters.execution_id_prefix:
@@ -125,7 +169,7 @@ def list_executions(
     if newer_than:
         at, execution_id = decode_cursor(newer_than)
         query = query.filter(Q(created_at__gt=at) | Q(created_at=at, execution_id__gt=execution_id))
-        rows = list(query.order_by("created_at", "execution_id")[: limit + 1])
+        rows = [ExecutionSnapshot.of(row) for row in query.order_by("created_at", "execution_id")[: limit + 1]]
         more_newer = len(rows) > limit
         rows = rows[:limit][::-1]
         return Page(
@@ -136,7 +180,7 @@ def list_executions(
     if older_than:
         at, execution_id = decode_cursor(older_than)
         query = query.filter(Q(created_at__lt=at) | Q(created_at=at, execution_id__lt=execution_id))
-    rows = list(query.order_by("-created_at", "-execution_id")[: limit + 1])
+    rows = [ExecutionSnapshot.of(row) for row in query.order_by("-created_at", "-execution_id")[: limit + 1]]
     more_older = len(rows) > limit
     rows = rows[:limit]
     return Page(

@@ -15,10 +15,12 @@ from executions.events import (
     Created,
     Finished,
     HistoryEventRecord,
+    Locked,
     RetVal,
     retval_from_json,
     storable_text,
 )
+from executions.ids import ExecutionId
 from executions.models import (
     ExecutionBacktrace,
     ExecutionEvent,
@@ -37,7 +39,16 @@ from executions.store.common import (
     load_rows,
     load_rows_with_extras,
 )
-from executions.store.datatypes import EventRecord, ExecutionLog, Response
+from executions.store.datatypes import (
+    EventRecord,
+    ExecutionDetail,
+    ExecutionFilter,
+    ExecutionLog,
+    ExecutionSnapshot,
+    LogRecord,
+    Response,
+)
+from executions.store.listing import filter_executions
 
 
 def append_logs(
@@ -74,19 +85,60 @@ def list_backtraces(execution_id: str) -> list[tuple[int, int, list]]:
     return [(low, high, frames) for low, high, frames in rows]
 
 
-def list_logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list[LogEntry]:
-    return list(LogEntry.objects.filter(execution_id=_eid(execution_id), id__gt=after_id).order_by("id")[:limit])
+def list_logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list[LogRecord]:
+    """Log records and std-stream chunks of every run, in the order they were written."""
+    rows = LogEntry.objects.filter(execution_id=_eid(execution_id), id__gt=after_id).order_by("id")[:limit]
+    return [
+        LogRecord(
+            r.id,
+            r.run_id,
+            r.created_at,
+            r.get_level_display() if r.level else None,
+            r.message,
+            r.get_stream_type_display() if r.stream_type else None,
+            bytes(r.payload) if r.payload is not None else None,
+        )
+        for r in rows
+    ]
 
 
 _STATE_SQL = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id = %s"
 
 
-def get_state(execution_id: str) -> ExecutionState:
+def get_state(execution_id: str) -> ExecutionSnapshot:
     execution_id = _eid(execution_id)
     rows = load_rows(ExecutionState, _STATE_SQL, [execution_id])
     if not rows:
         raise errors.NotFound(f"execution `{execution_id}` not found")
-    return rows[0]
+    return ExecutionSnapshot.of(rows[0])
+
+
+def get_detail(execution_id: str, *, max_children: int = 1000) -> ExecutionDetail:
+    """The row, the call, the result, the attempts and the tree links of one execution,
+    from one snapshot (the API's and the console's execution page)."""
+    execution_id = _eid(execution_id)
+    with _snapshot():
+        state = get_state(execution_id)
+        created = get_created(execution_id)
+        attempts = ExecutionEvent.objects.filter(execution_id=execution_id, variant=Locked.VARIANT).count()
+        finished = get_event(execution_id, state.corresponding_version) if state.is_finished else None
+        children = list(
+            filter_executions(ExecutionFilter(parent_id=execution_id))
+            .order_by("execution_id")
+            .values_list("execution_id", flat=True)[:max_children]
+        )
+    parsed = ExecutionId.parse(execution_id)
+    return ExecutionDetail(
+        state=state,
+        params=created.params,
+        metadata=dict(created.metadata),
+        scheduled_at=created.scheduled_at,
+        parent_id=None if parsed.is_top_level else str(parsed.split_to_parts()[0]),
+        children=children,
+        retval=finished.event.retval if finished else None,
+        finished_at=finished.created_at if finished else None,
+        attempts=attempts,
+    )
 
 
 def get_event(execution_id: str, version: int) -> EventRecord:
@@ -216,7 +268,7 @@ def _responses_of(
     return out
 
 
-def get_tree(execution_id: str) -> list[tuple[ExecutionState, RetVal | None]]:
+def get_tree(execution_id: str) -> list[tuple[ExecutionSnapshot, RetVal | None]]:
     """An execution and every execution started in its join sets, at any depth, each with
     its result (None while it runs), in id order (a parent before its children)."""
     execution_id = _eid(execution_id)
@@ -229,7 +281,7 @@ def get_tree(execution_id: str) -> list[tuple[ExecutionState, RetVal | None]]:
         if not rows:
             raise errors.NotFound(f"execution `{execution_id}` not found")
         results = get_finished_results([row.execution_id for row in rows if row.is_finished])
-    return [(row, results.get(row.execution_id)) for row in rows]
+    return [(ExecutionSnapshot.of(row), results.get(row.execution_id)) for row in rows]
 
 
 def get_finished_result(execution_id: str) -> RetVal | None:

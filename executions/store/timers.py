@@ -6,6 +6,8 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from django.db.models import Min
+
 from executions import notify
 from executions.events import (
     Event,
@@ -75,6 +77,17 @@ def next_timer_at() -> datetime | None:
     )
     times = [t for t in (first_lock, first_delay) if t is not None]
     return min(times) if times else None
+
+
+def next_pending_at(ffqns) -> datetime | None:
+    """When the earliest pending execution of these functions is due (a broker's next
+    wake-up when no notification comes)."""
+    ffqns = list(ffqns)
+    if not ffqns:
+        return None
+    return ExecutionState.objects.filter(state=State.PENDING_AT, lifecycle=Lifecycle.ACTIVE, ffqn__in=ffqns).aggregate(
+        first=Min("pending_expires_finished")
+    )["first"]
 
 
 def expire_lock(execution_id: str, *, now: datetime | None = None) -> Event | None:

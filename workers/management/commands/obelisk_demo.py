@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from executions import display, store
-from workers.management.commands._cli import ObeliskCommand, parse_seconds, status_line, wait_with_progress
+from executions.management.commands._cli import ObeliskCommand, parse_seconds, status_line, wait_with_progress
 from workers.submission import submit
 
 SAMPLES = [

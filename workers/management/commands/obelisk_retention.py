@@ -5,8 +5,8 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from executions import errors, store
+from executions.management.commands._cli import EXIT_USAGE, MAX_SECONDS, ObeliskCommand, invalid
 from workers import retention
-from workers.management.commands._cli import EXIT_USAGE, MAX_SECONDS, ObeliskCommand, invalid
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^([0-9]{1,12})([smhd])$")

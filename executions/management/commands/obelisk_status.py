@@ -1,5 +1,5 @@
 from executions import display, store
-from workers.management.commands._cli import (
+from executions.management.commands._cli import (
     ObeliskCommand,
     check_result,
     parse_seconds,

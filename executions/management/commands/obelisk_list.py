@@ -1,5 +1,5 @@
 from executions import store
-from workers.management.commands._cli import ObeliskCommand, status_line
+from executions.management.commands._cli import ObeliskCommand, status_line
 
 
 class Command(ObeliskCommand):

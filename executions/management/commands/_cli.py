@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from executions import display, errors, store
 from executions.events import Err, ExecutionFailure, RetVal
-from executions.models import ExecutionState
+from executions.store import ExecutionSnapshot
 
 # Exit statuses (also in every command's --help).
 EXIT_OK = 0  # done; with --wait: the execution finished with an ok value
@@ -105,7 +105,20 @@ class ObeliskCommand(BaseCommand):
             raise CommandError("interrupted", returncode=EXIT_INTERRUPTED) from None
 
 
-def status_line(state: ExecutionState) -> str:
+def cli_actor() -> str:
+    """Who acts from the command line, for the audit trail: ``OBELISK_ACTOR`` if set,
+    else the operating-system user."""
+    import getpass
+    import os
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return os.environ.get("OBELISK_ACTOR") or f"os:{user}"
+
+
+def status_line(state: ExecutionSnapshot) -> str:
     status = state.status
     if state.state == "pending_at" and state.lifecycle == "active" and state.pending_expires_finished > timezone.now():
         status = f"scheduled for {state.pending_expires_finished:%Y-%m-%d %H:%M:%S}"
@@ -149,7 +162,7 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
             store.wait_for_finished(pending, timeout=step)
             pending = []
         except errors.Timeout:
-            states = ExecutionState.objects.filter(pk__in=pending).exclude(state="finished")
+            states = [state for state in map(store.get_state, pending) if not state.is_finished]
             pending = [s.execution_id for s in states]
             if not pending:
                 break

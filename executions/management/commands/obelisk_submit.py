@@ -3,16 +3,16 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from executions import errors
-from workers.management.commands._cli import (
+from executions import client, errors
+from executions.management.commands._cli import (
     ObeliskCommand,
     check_result,
+    cli_actor,
     invalid,
     parse_seconds,
     result_line,
     wait_with_progress,
 )
-from workers.submission import submit
 
 
 class Command(ObeliskCommand):
@@ -46,10 +46,17 @@ class Command(ObeliskCommand):
         except ValueError as error:  # JSONDecodeError, or an integer of more than 4300 digits
             raise invalid(f"arguments are not valid JSON: {errors.excerpt(str(error), 200)}") from None
         scheduled_at = timezone.now() + timedelta(seconds=delay) if delay else None
-        execution_id, outcome = submit(
-            function, parsed, execution_id=execution_id, scheduled_at=scheduled_at, paused=paused
+        submitted = client.submit(
+            function,
+            parsed,
+            execution_id=execution_id,
+            scheduled_at=scheduled_at,
+            paused=paused,
+            actor=cli_actor(),
+            via="cli",
         )
-        note = " (already existed)" if outcome.already_existed else ""
+        execution_id = submitted.execution_id
+        note = "" if submitted.created else " (already existed)"
         self.stdout.write(f"{execution_id}{note}")
         if wait:
             wait_with_progress([execution_id], timeout)

@@ -1,5 +1,5 @@
-from executions import store
-from workers.management.commands._cli import ObeliskCommand
+from executions import client
+from executions.management.commands._cli import ObeliskCommand, cli_actor
 
 
 class Command(ObeliskCommand):
@@ -9,5 +9,5 @@ class Command(ObeliskCommand):
         parser.add_argument("execution_id")
 
     def handle(self, *args, execution_id, **options):
-        outcome = store.cancel(execution_id)
+        outcome = client.cancel(execution_id, actor=cli_actor(), via="cli")
         self.stdout.write(f"{execution_id}: {outcome.value.replace('_', ' ')}")
