@@ -82,6 +82,8 @@ class ExecutionState(models.Model):
     class Meta:
         db_table = "t_state"
         verbose_name = "execution"
+        # Reading is Django's ``view_executionstate``; acting is one permission of its own.
+        permissions = [("act_on_executions", "Can act on executions: submit, cancel, pause, resume, retry, stub")]
         constraints = [
             CheckConstraint(condition=Q(corresponding_version__gte=0), name="t_state_version_gte_0"),
             CheckConstraint(condition=Q(intermittent_event_count__gte=0), name="t_state_intermittent_gte_0"),

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "executions",
     "deployments",
     "workers",
+    "obelisk_api",
 ]
 
 MIDDLEWARE = [

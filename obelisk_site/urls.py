@@ -1,7 +1,7 @@
 """URL configuration: the admin is the operator console."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 admin.site.site_header = "Obelisk for Django"
 admin.site.site_title = "Obelisk"
@@ -9,4 +9,5 @@ admin.site.index_title = "Operator console"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("obelisk_api.urls")),
 ]

@@ -1,0 +1,3 @@
+"""Include in a project's URLs: ``path("api/", include("obelisk_api.urls"))``."""
+
+urlpatterns = []
