@@ -379,3 +379,31 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action} {self.execution_id}"
+
+
+class ClusterHeartbeat(models.Model):
+    """``t_cluster``: each worker cluster's last report, for the dashboard and ``/health``.
+
+    A cluster upserts its row every few seconds while it runs and sets ``stopped_at`` when it
+    stops in order; one whose ``last_seen_at`` is older than a few intervals is gone (killed,
+    or its host lost). Written only through ``store.record_heartbeat``.
+    """
+
+    cluster_id = models.CharField(primary_key=True, max_length=64)
+    hostname = models.CharField(max_length=256)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    processes = models.IntegerField(help_text="Worker processes of the cluster.")
+    running = models.IntegerField(default=0, help_text="Executions running at the last report.")
+    functions = models.JSONField(default=list, help_text="The functions the cluster serves.")
+    deployment_id = models.CharField(max_length=30)
+
+    class Meta:
+        db_table = "t_cluster"
+        verbose_name = "worker cluster"
+        indexes = [Index(fields=["last_seen_at"], name="t_cluster_last_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"

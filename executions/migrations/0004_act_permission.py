@@ -4,14 +4,18 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('obelisk_executions', '0003_audit'),
+        ("obelisk_executions", "0003_audit"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='executionstate',
-            options={'permissions': [('act_on_executions', 'Can act on executions: submit, cancel, pause, resume, retry, stub')], 'verbose_name': 'execution'},
+            name="executionstate",
+            options={
+                "permissions": [
+                    ("act_on_executions", "Can act on executions: submit, cancel, pause, resume, retry, stub")
+                ],
+                "verbose_name": "execution",
+            },
         ),
     ]

@@ -27,6 +27,7 @@ on commit.
 
 from executions.store.append import append, append_batch, append_batch_create_new_execution, append_many
 from executions.store.audit import AuditRecord, audited, list_audit
+from executions.store.clusters import ClusterInfo, list_clusters, record_cluster_stopped, record_heartbeat
 from executions.store.create import create, create_many
 from executions.store.datatypes import (
     STATUS_FILTERS,
@@ -85,6 +86,10 @@ from executions.store.retention import delete_finished
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
 
 __all__ = [
+    "ClusterInfo",
+    "list_clusters",
+    "record_cluster_stopped",
+    "record_heartbeat",
     "AuditRecord",
     "ExecutionDetail",
     "ExecutionSnapshot",
