@@ -20,6 +20,15 @@ if [ -z "${OBELISK_TEST_DATABASE_URL:-}" ]; then
     fi
 fi
 
+# The browser tests drive Debian's Chromium (no browser download).
+if [ ! -x /usr/bin/chromium ]; then
+    echo "installing Debian's chromium package for the browser tests..." >&2
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+fi
+
 status=0
 echo "== tests on PostgreSQL ($OBELISK_TEST_DATABASE_URL)"
 python -m pytest --ds=tests.settings_postgres "$@" || status=$?
