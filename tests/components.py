@@ -21,6 +21,11 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@activity(name="test:acts/basic.greet", **QUICK)
+def greet(name: str, greeting: str = "Hello", times: int = 1) -> str:
+    return " ".join([f"{greeting}, {name}!"] * times)
+
+
 @activity(name="test:acts/basic.fail-until", max_retries=5, backoff=timedelta(milliseconds=200))
 def fail_until(successful_attempt: int) -> int:
     """Raises until the given attempt; returns the attempt that succeeded."""

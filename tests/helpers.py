@@ -16,7 +16,7 @@ from executions.events import (
     RetryConfig,
 )
 from executions.ids import ExecutionId, JoinSetId, content_digest, new_executor_id, new_run_id
-from executions.models import Delay, ExecutionEvent, ExecutionState, JoinSetResponse, LogEntry
+from executions.models import AuditEntry, Delay, ExecutionEvent, ExecutionState, JoinSetResponse, LogEntry
 
 ACTIVITY = ComponentId(
     component_type="activity", name="test_activities", component_digest=content_digest(b"activities")
@@ -143,7 +143,7 @@ def db_snapshot() -> dict:
     """Every row of every execution table: equal snapshots mean nothing was written."""
     return {
         model.__name__: [tuple(sorted(row.items())) for row in model.objects.order_by("pk").values()]
-        for model in (ExecutionState, ExecutionEvent, JoinSetResponse, Delay, LogEntry)
+        for model in (ExecutionState, ExecutionEvent, JoinSetResponse, Delay, LogEntry, AuditEntry)
     }
 
 
