@@ -211,6 +211,24 @@ def test_submit_wait_that_times_out_exits_5_after_submitting():
     assert store.get_state(execution_id).state == "pending_at"
 
 
+def test_status_shows_why_an_execution_failed_and_its_traceback_with_v2():
+    """The stored traceback of a failure is where an operator looks: ``obelisk_status``
+    prints the reason, and with ``-v 2`` the whole traceback."""
+    execution_id, _ = submit(ADD, [1, 2])
+    locked = helpers.lock(execution_id)
+    trace = (
+        'Traceback (most recent call last):\n  File "acts.py", line 3, in add\nZeroDivisionError: division by zero\n'
+    )
+    failure = ExecutionFailure("uncategorized", "ZeroDivisionError: division by zero", trace)
+    store.append(execution_id, locked.next_version, Finished(retval=failure), fence=locked.fence)
+    short = run("obelisk_status", execution_id)
+    assert short.returncode == 0, short.stderr.decode(errors="replace")
+    assert "last failure (version 2): ZeroDivisionError: division by zero" in short.stdout.decode()
+    assert 'File "acts.py"' not in short.stdout.decode()
+    verbose = run("obelisk_status", execution_id, "-v", "2")
+    assert trace.rstrip("\n") in verbose.stdout.decode()
+
+
 def test_help_lists_the_exit_statuses():
     """The statuses are documented where users look: every command's --help."""
     from executions.management.commands import obelisk_status, obelisk_submit

@@ -1,4 +1,5 @@
 from executions import display, store
+from executions.events import ExecutionFailure, Finished, TemporarilyFailed, TemporarilyTimedOut
 from executions.management.commands._cli import (
     ObeliskCommand,
     check_result,
@@ -7,6 +8,17 @@ from executions.management.commands._cli import (
     status_line,
     wait_with_progress,
 )
+
+
+def last_failure(log) -> tuple[int, str, str | None] | None:
+    """``(version, reason, traceback)`` of the latest failed attempt or execution failure."""
+    for record in reversed(log.events):
+        event = record.event
+        if isinstance(event, Finished) and isinstance(event.retval, ExecutionFailure):
+            return record.version, event.retval.reason or event.retval.kind, event.retval.detail
+        if isinstance(event, (TemporarilyFailed, TemporarilyTimedOut)):
+            return record.version, event.reason, getattr(event, "detail", None)
+    return None
 
 
 class Command(ObeliskCommand):
@@ -30,6 +42,14 @@ class Command(ObeliskCommand):
         log = store.get(execution_id)
         self.stdout.write(status_line(log.state))
         self.stdout.write(f"result: {result_line(log.state.execution_id)}")
+        failure = last_failure(log)
+        if failure is not None and (options["verbosity"] >= 2 or log.state.is_finished):
+            version, reason, detail = failure
+            self.stdout.write(f"last failure (version {version}): {reason}")
+            if detail and options["verbosity"] >= 2:
+                self.stdout.write(detail.rstrip("\n"))
+            elif detail:
+                self.stdout.write("  (the traceback: add -v 2)")
         if history:
             for line in display.format_history(log):
                 self.stdout.write(line)
