@@ -33,3 +33,57 @@ DEFAULTS = {
 
 def get(name: str):
     return getattr(settings, "OBELISK", {}).get(name, DEFAULTS[name])
+
+
+def q_cluster(workers: int = 2, **overrides) -> dict:
+    """The ``Q_CLUSTER`` setting of a project that runs Obelisk worker clusters.
+
+    ``workers`` is the number of worker processes per cluster (``obelisk_worker
+    --workers`` overrides it); ``overrides`` replace or add django-q2 options, e.g.
+    ``cache="obelisk"`` to keep cluster statistics in a cache other than ``default``.
+    Use it in settings: ``Q_CLUSTER = q_cluster(workers=4)``. Django need not be set up.
+    """
+    cluster = {
+        "name": "obelisk",
+        "workers": workers,
+        # The broker hands out claim tasks; the execution tables are the queue
+        # (docs/architecture.md, "Workers").
+        "broker_class": "workers.broker.ExecutionBroker",
+        "orm": "default",
+        # The execution tables are the source of truth; only failed batches are kept.
+        "save_limit": -1,
+        # Claim tasks are cheap; a short queue keeps claims close to a free worker.
+        "queue_limit": workers * 2,
+        "recycle": 100_000,
+        "guard_cycle": 0.5,
+        # A backstop for tasks that set no timeout of their own; executors enforce each
+        # activity's own timeout (workers/runner.py).
+        "timeout": 3000,
+        "retry": 3600,
+        "catch_up": False,
+        "poll": 0.2,
+        "label": "Worker cluster",
+    }
+    cluster.update(overrides)
+    return cluster
+
+
+# The cache django-q2 keeps cluster statistics in: a database cache, so that every process
+# and the admin see every cluster (``workers``' migration creates its table). Use it as
+# ``CACHES = {"default": conf.CACHE}``, or under another alias with
+# ``Q_CLUSTER = q_cluster(cache="<alias>")``.
+CACHE = {
+    "BACKEND": "workers.cache.ResilientDatabaseCache",
+    "LOCATION": "obelisk_cache",
+}
+
+
+# The OPTIONS of a SQLite ``default`` database. Every transaction is ``BEGIN IMMEDIATE``,
+# so a read-then-write store operation holds the single write lock from its first read
+# (the single-writer guarantee), in WAL mode with ``synchronous=FULL`` because the engine
+# advertises durability. PostgreSQL needs no options of its own.
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000",
+}

@@ -3,6 +3,11 @@
 One environment variable picks the database: ``DATABASE_URL``. Unset, the embedded
 SQLite file under ``var/`` is used, so the demo runs with nothing installed; set it to a
 ``postgres://`` URL for the real target.
+
+Safe by default: ``DEBUG`` is off unless ``DJANGO_DEBUG=1``, and with ``DEBUG`` off
+``DJANGO_SECRET_KEY`` is required. Everything a production deployment sets comes from
+``DJANGO_*`` environment variables (README.md, "Running in production"), so that
+``manage.py check --deploy`` is clean there.
 """
 
 import os
@@ -10,14 +15,58 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from executions import conf as obelisk_conf
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """``1``/``true``/``yes``/``on`` (any case) is on, ``0``/``false``/``no``/``off``/empty is off."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    value = value.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={os.environ[name]!r}: expected 1 or 0")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """A comma-separated environment variable as a list, blanks dropped."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("OBELISK_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "obelisk-dev-only-insecure-key")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+DEBUG = env_flag("DJANGO_DEBUG")
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. With DEBUG off (the default) a secret key is required: "
+            "export DJANGO_SECRET_KEY=\"$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')\" "
+            "(keep it secret and the same on every host), or export DJANGO_DEBUG=1 for local development only."
+        )
+    SECRET_KEY = "obelisk-dev-only-insecure-key"  # DEBUG only; `check --deploy` flags it
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+# HTTPS. DJANGO_SECURE_SSL_REDIRECT=1 says the site is served over HTTPS only: HTTP is
+# redirected, cookies are sent over HTTPS only, and HSTS is on (one year unless
+# DJANGO_SECURE_HSTS_SECONDS says otherwise). Behind a proxy that terminates TLS, set
+# DJANGO_SECURE_PROXY_SSL_HEADER=1 so that its X-Forwarded-Proto: https counts as HTTPS.
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT")
+SESSION_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", SECURE_SSL_REDIRECT)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if SECURE_SSL_REDIRECT else "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD")
+if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -77,13 +126,7 @@ def database_from_env(url: str | None) -> dict:
         url = f"sqlite:///{VAR_DIR / 'obelisk.sqlite3'}"
     config = dj_database_url.parse(url)
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        config["OPTIONS"] = {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-            "init_command": (
-                "PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000"
-            ),
-        }
+        config["OPTIONS"] = dict(obelisk_conf.SQLITE_OPTIONS)
     else:
         config["CONN_MAX_AGE"] = 600
         config["CONN_HEALTH_CHECKS"] = True
@@ -107,44 +150,22 @@ STATIC_ROOT = VAR_DIR / "static"
 
 # Cluster statistics (django-q2's admin page, ``qinfo``) must be visible across processes,
 # so the cache lives in the database. ``workers``' migration creates its table.
-CACHES = {
-    "default": {
-        "BACKEND": "workers.cache.ResilientDatabaseCache",
-        "LOCATION": "obelisk_cache",
-    }
-}
+CACHES = {"default": obelisk_conf.CACHE}
 
 # ---------------------------------------------------------------------------------------
 # Obelisk engine settings. Every key has a default in ``executions.conf``.
 # ---------------------------------------------------------------------------------------
 OBELISK = {
     # Modules that register activities (imported by workers, the CLI and the API).
-    "COMPONENT_MODULES": os.environ.get("OBELISK_COMPONENT_MODULES", "demo.activities,demo.workflows").split(","),
+    # Empty by default; scripts/demo.sh sets the demo's (demo.activities,demo.workflows).
+    "COMPONENT_MODULES": env_list("OBELISK_COMPONENT_MODULES"),
     # How long a stopping worker lets running executions finish before handing them back.
     "SHUTDOWN_GRACE": timedelta(seconds=float(os.environ.get("OBELISK_SHUTDOWN_GRACE_SECONDS", "20"))),
 }
 
 # django-q2 runs the executors: see docs/architecture.md, "Workers".
 OBELISK_WORKERS = int(os.environ.get("OBELISK_WORKERS", "2"))
-Q_CLUSTER = {
-    "name": "obelisk",
-    "workers": OBELISK_WORKERS,
-    "broker_class": "workers.broker.ExecutionBroker",
-    "orm": "default",
-    # The execution tables are the source of truth; only failed batches are kept.
-    "save_limit": -1,
-    # Claim tasks are cheap; a short queue keeps claims close to a free worker.
-    "queue_limit": OBELISK_WORKERS * 2,
-    "recycle": 100_000,
-    "guard_cycle": 0.5,
-    # A backstop for tasks that set no timeout of their own; executors enforce each
-    # activity's own timeout (workers/runner.py).
-    "timeout": 3000,
-    "retry": 3600,
-    "catch_up": False,
-    "poll": 0.2,
-    "label": "Worker cluster",
-}
+Q_CLUSTER = obelisk_conf.q_cluster(workers=OBELISK_WORKERS)
 
 LOGGING = {
     "version": 1,

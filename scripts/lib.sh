@@ -1,5 +1,5 @@
 # Shared by scripts/*.sh: a virtualenv with requirements.txt installed, reinstalled only
-# when requirements.txt changes.
+# when requirements.txt changes, and a development secret key (dev_secret_key).
 setup_venv() {
     if ! command -v python3 >/dev/null; then
         echo "python3 (3.11 or newer) is required" >&2
@@ -17,6 +17,23 @@ setup_venv() {
         python -m pip install -q --disable-pip-version-check -r requirements.txt
         echo "$want" > .venv/.requirements.sha256
     fi
+    dev_secret_key
+}
+
+# DEBUG is off unless DJANGO_DEBUG=1, and then the settings require DJANGO_SECRET_KEY.
+# The scripts run as deployed (DEBUG off) with a key of this checkout's own, made once in
+# var/dev-secret-key (readable by its owner only). Never used when DJANGO_SECRET_KEY is set.
+dev_secret_key() {
+    if [ -n "${DJANGO_SECRET_KEY:-}" ]; then
+        return
+    fi
+    local var_dir="${OBELISK_VAR_DIR:-var}"
+    mkdir -p "$var_dir"
+    if [ ! -s "$var_dir/dev-secret-key" ]; then
+        (umask 077 && python -c 'import secrets; print(secrets.token_urlsafe(50))' > "$var_dir/dev-secret-key")
+    fi
+    DJANGO_SECRET_KEY=$(cat "$var_dir/dev-secret-key")
+    export DJANGO_SECRET_KEY
 }
 
 # True when a PostgreSQL server answers at $1 (a postgres:// URL).

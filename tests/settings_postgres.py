@@ -2,6 +2,11 @@
 
 import os
 
+# Tests run as deployed (DEBUG off), so they need a key; scripts/test.sh exports the
+# checkout's own (var/dev-secret-key). A test-only key when pytest is run directly; the
+# worker and command subprocesses of the tests inherit it.
+os.environ.setdefault("DJANGO_SECRET_KEY", "obelisk-tests-only-not-secret")
+
 from obelisk_site.settings import *  # noqa: F401,F403
 from obelisk_site.settings import database_from_env
 

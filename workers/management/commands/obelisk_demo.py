@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -39,7 +40,7 @@ class Command(ObeliskCommand):
         if "demo.activities" not in modules or "demo.workflows" not in modules:
             raise CommandError(
                 "configuration_error: the demo needs OBELISK_COMPONENT_MODULES to include demo.activities "
-                "and demo.workflows"
+                "and demo.workflows (./scripts/demo.sh sets them; there is no default)"
             )
         self.stdout.write("Starting a worker cluster (2 worker processes)...")
         cluster = subprocess.Popen(
@@ -75,16 +76,40 @@ class Command(ObeliskCommand):
         self._console_hint()
 
     def _console_hint(self):
-        user_model = get_user_model()
-        if not user_model.objects.exists():
-            user_model.objects.create_superuser("admin", "admin@localhost", "admin")
-            self.stdout.write("\nCreated the operator account admin / admin (local demo database only).")
-        database = settings.DATABASES["default"]["NAME"]
+        database = settings.DATABASES["default"]
+        if self._is_demo_database(database):
+            user_model = get_user_model()
+            if not user_model.objects.exists():
+                user_model.objects.create_superuser("admin", "admin@localhost", "admin")
+                self.stdout.write("\nCreated the operator account admin / admin (in the demo's SQLite file only).")
+            login = " (user admin, password admin)"
+        else:
+            self.stdout.write(
+                "\nNo admin/admin account created: it is made only in the demo's own SQLite file, "
+                "and DATABASE_URL names another database. Create an operator account with "
+                "`python manage.py createsuperuser`."
+            )
+            login = ""
         self.stdout.write(
-            "\nWhere to look: .venv/bin/python manage.py runserver, then open\n"
-            "  http://127.0.0.1:8000/admin/executions/executionstate/   (executions, their events and responses)\n"
-            "  http://127.0.0.1:8000/admin/django_q/                    (worker cluster, failed tasks)\n"
-            f"Database: {database}\n"
-            "CLI: .venv/bin/python manage.py obelisk_list | obelisk_status <id> --history --logs --tree | "
+            "\nWhere to look: in a shell in this directory, run\n"
+            "  . .venv/bin/activate\n"
+            "  export DJANGO_DEBUG=1 OBELISK_COMPONENT_MODULES=demo.activities,demo.workflows\n"
+            "  python manage.py runserver\n"
+            "then open\n"
+            f"  http://127.0.0.1:8000/admin/      the operator console{login}: executions, events, worker clusters\n"
+            "  http://127.0.0.1:8000/api/docs    the REST API and its OpenAPI documentation\n"
+            f"Database: {database['NAME']}\n"
+            "CLI (same shell): python manage.py obelisk_list | obelisk_status <id> --history --logs --tree | "
             "obelisk_submit | obelisk_cancel"
         )
+
+    @staticmethod
+    def _is_demo_database(database: dict) -> bool:
+        """The demo's own SQLite file in var/, and no DATABASE_URL: the only place the demo
+        may create its well-known admin/admin account."""
+        if os.environ.get("DATABASE_URL"):
+            return False
+        var_dir = getattr(settings, "VAR_DIR", None)
+        if var_dir is None or database["ENGINE"] != "django.db.backends.sqlite3":
+            return False
+        return Path(database["NAME"]).resolve() == (Path(var_dir) / "obelisk.sqlite3").resolve()
