@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from deployments import catalog
-from executions import conf, errors, store
+from executions import conf, errors, store, tracing
 from executions.events import Err, Ok, RetVal, check_storable, retval_to_json
 from executions.ids import ExecutionId, FunctionFqn
 
@@ -76,7 +76,7 @@ def submit(
         deployment_id=function.deployment_id,
         scheduled_at=scheduled_at,
         paused=paused,
-        metadata=metadata or {},
+        metadata=tracing.with_trace(metadata),  # the submitter's trace (executions.tracing)
     )
     if actor == SYSTEM_ACTOR and via == "python":
         outcome = store.create(request)  # the hot path: one round trip, nothing to audit
@@ -169,6 +169,21 @@ def stub(execution_id: str, value, *, error: bool = False, actor: str = SYSTEM_A
     return wrote
 
 
+def history(execution_id: str, *, from_version: int = 0, limit: int = 100) -> tuple[list[store.EventRecord], int]:
+    """Its events from ``from_version`` on, and the highest version (``store.list_events``)."""
+    return store.list_events(execution_id, from_version=from_version, limit=limit)
+
+
+def responses(execution_id: str, *, after_seq: int = 0, limit: int = 100) -> tuple[list[store.Response], int]:
+    """Its join-set responses after ``after_seq``, and the highest seq (``store.list_responses``)."""
+    return store.list_responses(execution_id, after_seq=after_seq, limit=limit)
+
+
+def logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list[store.LogRecord]:
+    """What its runs logged and printed, after log id ``after_id`` (``store.list_logs``)."""
+    return store.list_logs(execution_id, after_id=after_id, limit=limit)
+
+
 def audit_trail(execution_id: str, *, limit: int = 100) -> list[store.AuditRecord]:
     return store.list_audit(execution_id, limit=limit)
 
@@ -178,9 +193,12 @@ __all__ = [
     "audit_trail",
     "cancel",
     "get",
+    "history",
     "list_executions",
+    "logs",
     "pause",
     "result",
+    "responses",
     "resume",
     "retry",
     "stub",

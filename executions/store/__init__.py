@@ -28,7 +28,9 @@ on commit.
 from executions.store.append import append, append_batch, append_batch_create_new_execution, append_many
 from executions.store.audit import AuditRecord, audited, list_audit
 from executions.store.clusters import ClusterInfo, list_clusters, record_cluster_stopped, record_heartbeat
+from executions.store.console_reads import find_by_result_text, last_failure_detail
 from executions.store.create import create, create_many
+from executions.store.dashboard import Dashboard, OldestPending, backlog, dashboard, first_scheduled_at
 from executions.store.datatypes import (
     STATUS_FILTERS,
     AppendItem,
@@ -60,7 +62,13 @@ from executions.store.lifecycle import (
     unpause_execution,
     upsert_stub_response,
 )
-from executions.store.listing import decode_cursor, encode_cursor, filter_executions, list_executions
+from executions.store.listing import (
+    count_backlog,
+    decode_cursor,
+    encode_cursor,
+    filter_executions,
+    list_executions,
+)
 from executions.store.locking import extend_lock, lock_one, lock_pending
 from executions.store.reads import (
     append_logs,
@@ -86,6 +94,11 @@ from executions.store.retention import delete_finished
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
 
 __all__ = [
+    "Dashboard",
+    "OldestPending",
+    "backlog",
+    "dashboard",
+    "first_scheduled_at",
     "ClusterInfo",
     "list_clusters",
     "record_cluster_stopped",
@@ -124,6 +137,7 @@ __all__ = [
     "cancel",
     "cancel_children",
     "create",
+    "count_backlog",
     "create_many",
     "decode_cursor",
     "delete_finished",
@@ -160,4 +174,6 @@ __all__ = [
     "upsert_stub_response",
     "wait_for_finished",
     "wait_for_finished_result",
+    "find_by_result_text",
+    "last_failure_detail",
 ]
