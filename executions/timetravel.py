@@ -1,0 +1,161 @@
+"""An execution as it was at one of its events (pure, no Django): the console's time travel.
+
+Given an execution's event log and the join-set responses it received, ``as_of(events,
+responses, version)`` tells what the execution looked like right after the event at
+``version``: the history up to it, where it was (pending, running, blocked, paused,
+cancelling, or how it finished), which children, delays and scheduled executions it had
+requested by then (its own ``HistoryEvent`` records say so, at their versions) and which
+responses had arrived by then (a response whose ``created_at`` is not later than that
+event's time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from executions.events import (
+    CancellationRequested,
+    ChildExecutionRequest,
+    Created,
+    DelayRequest,
+    Err,
+    ExecutionFailure,
+    Finished,
+    HistoryEventRecord,
+    JoinNext,
+    JoinNextTry,
+    JoinSetRequest,
+    Locked,
+    Ok,
+    Paused,
+    Schedule,
+    TemporarilyFailed,
+    TemporarilyTimedOut,
+    Unlocked,
+    Unpaused,
+)
+
+
+@dataclass(frozen=True)
+class RequestAsOf:
+    """A child execution or a delay the execution had requested by then."""
+
+    id: str  # child execution id or delay id
+    kind: str  # "child" or "delay"
+    join_set_id: str
+    requested_version: int
+    requested_at: datetime
+    ffqn: str | None = None  # children only
+    response: object | None = None  # the ``store.Response`` if it had arrived by then
+
+
+@dataclass(frozen=True)
+class AsOf:
+    version: int
+    at: datetime
+    status: str  # an ``executions.outcome`` word, as of then
+    events: list  # ``EventRecord``s up to and including ``version``
+    responses: list  # ``Response``s that had arrived by ``at``
+    requests: list[RequestAsOf]
+    scheduled: list[str]  # top-level executions it had scheduled by then
+    is_last: bool  # ``version`` is the newest event: this is the present
+
+
+def _retval_outcome(retval) -> str:
+    if isinstance(retval, Ok):
+        return "ok"
+    if isinstance(retval, Err):
+        return "error"
+    if isinstance(retval, ExecutionFailure):
+        return retval.kind
+    return "finished"
+
+
+def as_of(events: Sequence, responses: Sequence, version: int) -> AsOf:
+    """The execution right after its event at ``version`` (``ValueError`` if it has none).
+
+    ``events`` are ``EventRecord``s in version order (version 0 is ``Created``),
+    ``responses`` the ``Response``s it received, in any order.
+    """
+    by_version = {record.version: record for record in events}
+    if version not in by_version:
+        raise ValueError(f"no event at version {version}")
+    at = by_version[version].created_at
+    shown = [record for record in events if record.version <= version]
+    arrived = sorted((r for r in responses if r.created_at <= at), key=lambda r: r.seq)
+    arrived_by_child = {r.child_execution_id: r for r in arrived if r.child_execution_id}
+    arrived_by_delay = {r.delay_id: r for r in arrived if r.delay_id}
+
+    state, lifecycle = "pending", "active"
+    joins_waited: dict[str, int] = {}
+    requests: list[RequestAsOf] = []
+    scheduled: list[str] = []
+    for record in shown:
+        event = record.event
+        if isinstance(event, Created):
+            state = "scheduled" if event.scheduled_at and event.scheduled_at > record.created_at else "pending"
+        elif isinstance(event, Locked):
+            state = "running"
+        elif isinstance(event, (Unlocked, TemporarilyFailed, TemporarilyTimedOut)):
+            state = "pending"
+        elif isinstance(event, Paused):
+            lifecycle = "paused"
+        elif isinstance(event, Unpaused):
+            lifecycle = "active"
+        elif isinstance(event, CancellationRequested):
+            lifecycle = "cancelling"
+        elif isinstance(event, Finished):
+            state, lifecycle = _retval_outcome(event.retval), "active"
+        elif isinstance(event, HistoryEventRecord):
+            history = event.event
+            if isinstance(history, JoinSetRequest):
+                request = history.request
+                if isinstance(request, ChildExecutionRequest):
+                    requests.append(
+                        RequestAsOf(
+                            request.child_execution_id,
+                            "child",
+                            history.join_set_id,
+                            record.version,
+                            record.created_at,
+                            ffqn=request.target_ffqn,
+                            response=arrived_by_child.get(request.child_execution_id),
+                        )
+                    )
+                elif isinstance(request, DelayRequest):
+                    requests.append(
+                        RequestAsOf(
+                            request.delay_id,
+                            "delay",
+                            history.join_set_id,
+                            record.version,
+                            record.created_at,
+                            response=arrived_by_delay.get(request.delay_id),
+                        )
+                    )
+            elif isinstance(history, Schedule):
+                scheduled.append(history.execution_id)
+            elif isinstance(history, JoinNext):
+                # Blocked until the join set has one more response than joins consumed.
+                joins_waited[history.join_set_id] = joins_waited.get(history.join_set_id, 0) + 1
+                answered = sum(1 for r in arrived if r.join_set_id == history.join_set_id)
+                # Answered by then: pending (due to run again), as the store decides.
+                state = "pending" if answered >= joins_waited[history.join_set_id] else "blocked"
+            elif isinstance(history, JoinNextTry) and history.outcome == "found":
+                joins_waited[history.join_set_id] = joins_waited.get(history.join_set_id, 0) + 1
+    finished = state not in ("pending", "scheduled", "running", "blocked")
+    if state == "scheduled" and any(isinstance(r.event, Locked) for r in shown):
+        state = "pending"
+    status = state if finished or lifecycle == "active" else lifecycle
+    return AsOf(
+        version=version,
+        at=at,
+        status=status,
+        events=shown,
+        responses=arrived,
+        requests=requests,
+        scheduled=scheduled,
+        is_last=version == max(by_version),
+    )
