@@ -125,3 +125,6 @@ class DeploymentComponent(models.Model):
             Index(fields=["deployment", "component_type", "component_name"], name="t_deployment_component_type"),
             Index(fields=["deployment", "component"], name="t_deployment_component_digest"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.component_name} ({self.component_type}) {self.component_id}"
