@@ -171,12 +171,14 @@ ACTIONS = OrderedDict(
         ("pause", ("Pause", "Pause")),
         ("resume", ("Resume", "Resume")),
         ("retry", ("Retry", "Retry")),
+        ("run_now", ("Run now", "Run now (make due at once)")),
     ]
 )
 
 
-def applicable_actions(state: store.ExecutionSnapshot) -> list[str]:
+def applicable_actions(state: store.ExecutionSnapshot, now=None) -> list[str]:
     """The actions the console offers for an execution in this state."""
+    now = now or timezone.now()
     if state.is_finished:
         return ["retry"] if state.is_top_level else []
     actions = []
@@ -186,6 +188,8 @@ def applicable_actions(state: store.ExecutionSnapshot) -> list[str]:
         actions.append("pause")
     if state.lifecycle == Lifecycle.PAUSED:
         actions.append("resume")
+    if state.state == State.PENDING_AT and state.lifecycle == Lifecycle.ACTIVE and state.pending_expires_finished > now:
+        actions.append("run_now")
     return actions
 
 
@@ -203,6 +207,9 @@ def perform(action: str, execution_id: str, actor: str) -> tuple[str, str | None
     if action == "resume":
         client.resume(execution_id, actor=actor, via="admin")
         return "Resumed.", None
+    if action == "run_now":
+        client.run_now(execution_id, actor=actor, via="admin")
+        return "Due now: the next free worker runs it.", None
     if action == "retry":
         submitted = client.retry(execution_id, actor=actor, via="admin")
         return f"Retried as {submitted.execution_id}.", submitted.execution_id

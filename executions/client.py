@@ -129,6 +129,12 @@ def resume(execution_id: str, *, actor: str = SYSTEM_ACTOR, via: str = "python")
         return store.unpause_execution(execution_id)
 
 
+def run_now(execution_id: str, *, actor: str = SYSTEM_ACTOR, via: str = "python") -> int:
+    """Make a scheduled (or backing-off) pending execution due now (``store.reschedule``)."""
+    with store.audited("run_now", execution_id, actor=actor, via=via):
+        return store.reschedule(execution_id)
+
+
 def retry(execution_id: str, *, actor: str = SYSTEM_ACTOR, via: str = "python") -> Submitted:
     """Submit a finished top-level execution's function and arguments again, as a new
     execution linked to the old one (its ``retry_of`` metadata; the old one's audit entry
@@ -201,6 +207,7 @@ __all__ = [
     "responses",
     "resume",
     "retry",
+    "run_now",
     "stub",
     "submit",
     "wait",

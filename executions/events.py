@@ -354,6 +354,14 @@ class CancellationRequested(Event):
     UNIT: ClassVar[bool] = True
 
 
+class Rescheduled(Event):
+    """An operator moved a pending execution's due time ("run now"): an addition to spec
+    000 §3.1 (decisions.md D54). Counts no failure and touches no lock."""
+
+    VARIANT: ClassVar[str] = "rescheduled"
+    scheduled_at: UtcDateTime
+
+
 EVENT_CLASSES: dict[str, type[Event]] = {
     cls.VARIANT: cls
     for cls in (
@@ -368,6 +376,7 @@ EVENT_CLASSES: dict[str, type[Event]] = {
         Paused,
         Unpaused,
         CancellationRequested,
+        Rescheduled,
     )
 }
 VARIANTS = tuple(EVENT_CLASSES)

@@ -74,6 +74,7 @@ class Effect(enum.StrEnum):
     PAUSE = "→ paused"  # F
     UNPAUSE = "→ active"  # F
     CANCEL = "→ cancelling"  # G
+    RESCHEDULE = "→ pending_at, new due time"  # an operator's "run now" (D54)
     UPGRADE = "bump + component"  # H (success) or I (failure)
     FINISH = "→ finished"  # E
 
@@ -135,6 +136,8 @@ RULES: tuple[tuple[str, str, str, Effect | Reject], ...] = (
         Reject(errors.IllegalState, "cannot append CancellationRequested event, execution is already cancelling"),
     ),
     ("cancellation_requested", ANY, ANY, Effect.CANCEL),
+    ("rescheduled", PENDING, ACTIVE, Effect.RESCHEDULE),
+    ("rescheduled", ANY, ANY, Reject(errors.IllegalState, "only a pending, active execution can be rescheduled")),
     ("history_event:join_next", ANY, ANY, Effect.JOIN_NEXT),
     ("history_event:delay_request", ANY, ANY, Effect.DELAY),
     ("history_event", ANY, ANY, Effect.BUMP),

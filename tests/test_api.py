@@ -413,6 +413,21 @@ def test_pause_resume_and_cancel_are_audited(api):
     assert audit_actions(execution_id) == [("pause", "ada", "api"), ("resume", "ada", "api"), ("cancel", "ada", "api")]
 
 
+def test_run_now_makes_a_scheduled_execution_due_and_refuses_a_running_one(api):
+    later = (timezone.now() + timedelta(hours=1)).isoformat()
+    created = api.post("/executions", {"function": ADD, "arguments": [1, 2], "scheduled_at": later})
+    execution_id = created.json()["execution_id"]
+    assert api.get(f"/executions/{execution_id}").json()["outcome"] == "scheduled"
+    assert api.post(f"/executions/{execution_id}/run-now").status_code == 200
+    assert api.get(f"/executions/{execution_id}").json()["outcome"] == "pending"
+    assert audit_actions(execution_id)[-1] == ("run_now", "ada", "api")
+    running = submitted()
+    helpers.lock(running)
+    before = everything()
+    assert_error(api.post(f"/executions/{running}/run-now"), 409, "illegal_state")
+    assert everything() == before
+
+
 def test_actions_in_the_wrong_state_are_409_and_change_nothing(api):
     finished, paused = submitted(), submitted()
     finish(finished)
@@ -604,7 +619,7 @@ def test_every_route_needs_credentials_and_the_permission_except_health(stranger
                 checked += 1
                 assert_error(response, 401, "unauthenticated")
                 assert_error(stranger.request(method, path), 403, "forbidden")
-    assert checked == 16  # 10 reads, 6 actions: a route lost from the URL conf shows here too
+    assert checked == 17  # 10 reads, 7 actions: a route lost from the URL conf shows here too
 
 
 def test_the_docs_need_a_staff_session_or_a_token(api, operator):

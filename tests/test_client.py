@@ -190,3 +190,29 @@ def test_listing_filters_by_outcome_parent_and_created_range():
     assert ids(parent_id=workflow) == {child}
     assert client.get(workflow).children == [child]
     assert client.get(child).parent_id == workflow
+
+
+def test_run_now_makes_a_scheduled_execution_due_without_counting_a_failure():
+    later = timezone.now() + timedelta(hours=1)
+    execution_id = client.submit(ADD, [1, 2], scheduled_at=later).execution_id
+    assert client.get(execution_id).state.outcome(timezone.now()) == "scheduled"
+    client.run_now(execution_id, actor="ada", via="admin")
+    state = client.get(execution_id).state
+    assert state.outcome(timezone.now()) == "pending"
+    assert (state.intermittent_event_count, state.first_scheduled_at) == (0, later)
+    assert helpers.event_variants(execution_id) == ["created", "rescheduled"]
+    assert [(e.action, e.actor) for e in client.audit_trail(execution_id)] == [("run_now", "ada")]
+    helpers.lock(execution_id)  # due now: a worker can claim it
+
+
+def test_run_now_of_a_running_or_finished_execution_is_refused_and_changes_nothing():
+    running = client.submit(ADD, [1, 2]).execution_id
+    helpers.lock(running)
+    finished = client.submit(ADD, [2, 2]).execution_id
+    finish(finished, Ok(4))
+    before = helpers.db_snapshot()
+    with pytest.raises(errors.IllegalState, match="only a pending, active execution"):
+        client.run_now(running, actor="ada", via="api")
+    with pytest.raises(errors.AlreadyFinished):
+        client.run_now(finished, actor="ada", via="api")
+    assert helpers.db_snapshot() == before

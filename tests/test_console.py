@@ -231,6 +231,23 @@ def test_retry_creates_a_linked_execution(admin_client, scenario):
 
 
 @pytestmark_db
+def test_run_now_is_offered_only_for_a_scheduled_execution_and_makes_it_due(admin_client, scenario):
+    from django.utils import timezone
+
+    from executions import client as engine
+
+    later = timezone.now() + timedelta(hours=2)
+    scheduled = engine.submit("test:acts/basic.add", [1, 2], scheduled_at=later).execution_id
+    assert 'id="obelisk-action-run_now"' in admin_client.get(page_url(scheduled)).content.decode()
+    assert 'id="obelisk-action-run_now"' not in admin_client.get(page_url(scenario.pending)).content.decode()
+    response = admin_client.post(act_url(scheduled, "run_now"), {"post": "yes"})
+    assert response.status_code == 302
+    assert helpers.event_variants(scheduled)[-1] == "rescheduled"
+    assert store.get_state(scheduled).pending_expires_finished <= timezone.now()
+    assert audits(scheduled) == [("admin", "admin", "run_now")]
+
+
+@pytestmark_db
 def test_a_stale_action_shows_the_stores_answer_not_an_error(admin_client, scenario):
     # The execution finished between showing the button and confirming.
     response = admin_client.post(act_url(scenario.ok, "cancel"), {"post": "yes"}, follow=True)

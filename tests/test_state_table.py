@@ -19,6 +19,7 @@ import pytest
 from executions import errors, state_machine, store
 from executions.events import (
     CancellationRequested,
+    Rescheduled,
     ChildExecutionRequest,
     ComponentId,
     ComponentUpgradeFinished,
@@ -142,6 +143,7 @@ PAUSE = "lifecycle paused"  # [F]
 UNPAUSE = "lifecycle active"  # [F]
 CANCEL = "lifecycle cancelling"  # [G]
 FINISH = "finished"  # [E] returns the same version
+RESCHEDULE = "pending_at, new due time"  # an operator's "run now" (decisions.md D54)
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,9 @@ CANCELLING_AGAIN = Rejected(
 )
 
 
+NOT_RESCHEDULABLE = Rejected(errors.IllegalState, "only a pending, active execution can be rescheduled")
+
+
 def not_unlockable(state: str) -> Rejected:
     return Rejected(errors.UnlockedCannotBeAppended, state)
 
@@ -183,6 +188,7 @@ EXPECTED = {
     "paused":                    [PAUSE,            PAUSE_LOCKED,               PAUSE,                      PAUSE_PAUSED,       PAUSE_PAUSED,        PAUSE_CANCELLING,    PAUSE_CANCELLING,    PAUSE_CANCELLING,    FIN],
     "unpaused":                  [NOT_PAUSED,       NOT_PAUSED,                 NOT_PAUSED,                 UNPAUSE,            UNPAUSE,             NOT_PAUSED,          NOT_PAUSED,          NOT_PAUSED,          FIN],
     "cancellation_requested":    [CANCEL,           CANCEL,                     CANCEL,                     CANCEL,             CANCEL,              CANCELLING_AGAIN,    CANCELLING_AGAIN,    CANCELLING_AGAIN,    FIN],
+    "rescheduled":               [RESCHEDULE,       NOT_RESCHEDULABLE,          NOT_RESCHEDULABLE,          NOT_RESCHEDULABLE,  NOT_RESCHEDULABLE,   NOT_RESCHEDULABLE,   NOT_RESCHEDULABLE,   NOT_RESCHEDULABLE,   FIN],
     "history_event:join_next":   [BLOCK,            BLOCK,                      BLOCK,                      BLOCK,              BLOCK,               BLOCK,               BLOCK,               BLOCK,               FIN],
     "history_event:delay_request": [DELAY,          DELAY,                      DELAY,                      DELAY,              DELAY,               DELAY,               DELAY,               DELAY,               FIN],
     "history_event":             [BUMP,             BUMP,                       BUMP,                       BUMP,               BUMP,                BUMP,                BUMP,                BUMP,                FIN],
@@ -231,6 +237,7 @@ def make_event(kind: str, row: ExecutionState):
         "paused": Paused,
         "unpaused": Unpaused,
         "cancellation_requested": CancellationRequested,
+        "rescheduled": lambda: Rescheduled(scheduled_at=UNLOCKED_AT),
         "history_event:join_next": lambda: history(
             JoinNext(join_set_id="n:next", run_expires_at=RUN_EXPIRES, closing=True)
         ),
@@ -286,6 +293,8 @@ def expected_row(outcome: str, before: dict, event, version: int) -> dict:
             deployment_id=event.deployment_id,
             incompatible_digest=None,
         )
+    elif outcome == RESCHEDULE:
+        row["pending_expires_finished"] = event.scheduled_at
     elif outcome in (PAUSE, UNPAUSE, CANCEL):
         row["lifecycle"] = {PAUSE: "paused", UNPAUSE: "active", CANCEL: "cancelling"}[outcome]
     elif outcome == FINISH:
@@ -388,6 +397,7 @@ CODE_TO_EFFECT = {
     UNPAUSE: Effect.UNPAUSE,
     CANCEL: Effect.CANCEL,
     FINISH: Effect.FINISH,
+    RESCHEDULE: Effect.RESCHEDULE,
 }
 
 

@@ -59,6 +59,7 @@ from executions.store.lifecycle import (
     finish_cancelled,
     get_cancelling,
     pause_execution,
+    reschedule,
     unpause_execution,
     upsert_stub_response,
 )
@@ -94,6 +95,7 @@ from executions.store.retention import delete_finished
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
 
 __all__ = [
+    "reschedule",
     "Dashboard",
     "OldestPending",
     "backlog",

@@ -11,6 +11,7 @@ from executions.events import (
     ExecutionFailure,
     Finished,
     Paused,
+    Rescheduled,
     RetVal,
     Unlocked,
     Unpaused,
@@ -85,6 +86,22 @@ def cancel(execution_id: str, *, now: datetime | None = None) -> CancelOutcome:
         _append_in_tx(row, row.corresponding_version + 1, CancellationRequested(), now, None, notes)
         notes.publish()
     return CancelOutcome.REQUESTED
+
+
+def reschedule(execution_id: str, at: datetime | None = None, *, now: datetime | None = None) -> int:
+    """Make a pending execution due at ``at`` (now by default): an operator's "run now" of
+    a scheduled execution or one waiting out a retry's back-off (decisions.md D54). Counts
+    no failure and touches no lock; anything but a pending, active execution is
+    ``IllegalState`` (``AlreadyFinished`` once finished). Returns the next version."""
+    now = _now(now)
+    at = now if at is None else _now(at)
+    execution_id = _eid(execution_id)
+    with _write_transaction():
+        row = _row_for_update(execution_id)
+        notes = notify.Notes()
+        version = _append_in_tx(row, row.next_version, Rescheduled(scheduled_at=at), now, None, notes)
+        notes.publish()
+    return version
 
 
 def get_cancelling(*, limit: int = 100) -> list[tuple[str, str]]:

@@ -305,6 +305,9 @@ def _apply(
             _notify_pending(row, notes)
         if effect is Effect.CANCEL:
             notes.cancelled.append(row.execution_id)
+    elif effect is Effect.RESCHEDULE:
+        fields |= _set(row, pending_expires_finished=event.scheduled_at)
+        _notify_pending(row, notes)
     elif effect is Effect.UPGRADE:
         fields |= _apply_upgrade(row, event)
     elif effect is Effect.FINISH:

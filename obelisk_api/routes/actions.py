@@ -1,4 +1,4 @@
-"""Acting on executions: submit, cancel, pause, resume, retry, stub. Each needs the act
+"""Acting on executions: submit, cancel, pause, resume, run now, retry, stub. Each needs the act
 permission and is recorded in the audit trail with the caller's username, ``via="api"``."""
 
 from __future__ import annotations
@@ -60,6 +60,12 @@ def retry(request, execution_id: str):
     to this one by its `retry_of` metadata."""
     submitted = client.retry(execution_id, actor=actor(request), via=VIA)
     return Status(201, {"execution_id": submitted.execution_id, "created": True, "retry_of": execution_id})
+
+
+@router.post("/executions/{execution_id}/run-now", response={200: VersionOut, codes_4xx: ErrorOut}, **ACTING)
+def run_now(request, execution_id: str):
+    """Make a scheduled (or backing-off) pending execution due now; 409 otherwise."""
+    return {"execution_id": execution_id, "next_version": client.run_now(execution_id, actor=actor(request), via=VIA)}
 
 
 @router.post("/executions/{execution_id}/stub", response={200: StubOut, codes_4xx: ErrorOut}, **ACTING)
