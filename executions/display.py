@@ -111,18 +111,14 @@ def format_tree(execution_id: str) -> list[str]:
     return lines
 
 
-LOG_LEVELS = {1: "TRACE", 2: "DEBUG", 3: "INFO", 4: "WARN", 5: "ERROR"}
-STREAMS = {1: "stdout", 2: "stderr"}
-
-
 def format_logs(entries) -> list[str]:
-    """``t_log`` rows → lines: time, run, level or stream, text."""
+    """``store.LogRecord``s → lines: time, run, level (upper case) or stream, text."""
     lines = []
     for entry in entries:
         if entry.level is not None:
-            what, text = LOG_LEVELS.get(entry.level, str(entry.level)), entry.message
+            what, text = entry.level.upper(), entry.message
         else:
-            what, text = STREAMS.get(entry.stream_type, "stream"), bytes(entry.payload).decode("utf-8", "replace")
+            what, text = entry.stream or "stream", (entry.payload or b"").decode("utf-8", "replace")
         for i, part in enumerate(text.rstrip("\n").splitlines() or [""]):
             prefix = f"  {_time(entry.created_at)}  {entry.run_id}  {what:<6}" if i == 0 else " " * 50
             lines.append(f"{prefix} {part}")

@@ -19,7 +19,6 @@ import pytest
 from executions import errors, state_machine, store
 from executions.events import (
     CancellationRequested,
-    Rescheduled,
     ChildExecutionRequest,
     ComponentId,
     ComponentUpgradeFinished,
@@ -35,6 +34,7 @@ from executions.events import (
     Ok,
     Paused,
     Persist,
+    Rescheduled,
     RetryConfig,
     Schedule,
     Stub,

@@ -152,7 +152,7 @@ def assert_retry_timing(log: store.ExecutionLog, backoffs_ms: list[int]) -> None
 
 def test_success(cluster):
     execution_id, outcome = submit("test:acts/basic.add", [2, 3])
-    assert not outcome.already_existed
+    assert outcome.created
 
     assert finish(execution_id) == Ok(5)
     log = store.get(execution_id)
@@ -286,8 +286,8 @@ def test_what_an_activity_prints_and_logs_is_stored_with_its_run(cluster):
     (locked,) = [r.event for r in store.get(execution_id).events if isinstance(r.event, Locked)]
     logs = store.list_logs(execution_id)
     assert {entry.run_id for entry in logs} == {locked.run_id}
-    assert [(e.level, e.message) for e in logs if e.level] == [(4, "warning about 7")]
-    assert [bytes(e.payload) for e in logs if e.stream_type == 1] == [b"printing 7\n"]
+    assert [(e.level, e.message) for e in logs if e.level] == [("warn", "warning about 7")]
+    assert [e.payload for e in logs if e.stream == "stdout"] == [b"printing 7\n"]
 
 
 def test_cancel_pending_activity(cluster):

@@ -28,7 +28,7 @@ from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
-from workers import lingering, shutdown
+from workers import heartbeat, lingering, shutdown, telemetry
 from workers.registry import ActivityFunction
 from workers.runner import Watchdog, renew_before_start, run_activity
 from workers.workflow_runner import WorkflowPool
@@ -124,7 +124,8 @@ class ActivityExecutor:
                 due = _Due(activities=len(batch) >= limit, workflows=started > 0)
                 if batch:
                     self._activity_seconds = 0.0
-                    self.run_batch(batch)
+                    with heartbeat.running(len(batch)):  # the cluster's load (two updates per batch)
+                        self.run_batch(batch)
                     self._adapt(len(batch), self._activity_seconds)
                     done += len(batch)
                     idle_until = time.monotonic() + linger
@@ -145,9 +146,13 @@ class ActivityExecutor:
 
     def _claim(self, terms: dict[str, store.LockTerms], limit: int) -> list[store.LockedExecution]:
         """Lock up to ``limit`` due executions of the functions of ``terms`` (one transaction)."""
-        return store.lock_pending(
+        started = time.monotonic() if telemetry.ENABLED else 0.0
+        claimed = store.lock_pending(
             terms, limit=limit, executor_id=self.executor_id, run_id=new_run_id(), deployment_id=self.deployment_id
         )
+        if telemetry.ENABLED:
+            telemetry.claimed(time.monotonic() - started, len(claimed), workflows=terms is self.workflow_terms)
+        return claimed
 
     def _claim_activities(self, limit: int) -> list[store.LockedExecution]:
         batch = self._claim(self.terms, limit)
@@ -199,7 +204,7 @@ class ActivityExecutor:
         while (locked := self._next_unstarted()) is not None:
             if self._unflushed and time.monotonic() - oldest_unflushed >= self.flush_after:
                 self._flush()
-            item = self._run_one(locked)
+            item = telemetry.run_attempt(self._run_one, locked) if telemetry.ENABLED else self._run_one(locked)
             if item is None:
                 self.stats.lost += 1
                 continue
@@ -274,6 +279,8 @@ class ActivityExecutor:
         except Exception as error:
             logger.warning("group commit of %d result(s) failed (%s); writing them one by one", len(items), error)
             results = [self._write_alone(item) for item in items]
+        if telemetry.ENABLED:
+            telemetry.results_written(items, results)
         rejected = []
         for item, result in zip(items, results, strict=True):
             if isinstance(result, errors.ValidationFailed) and _is_result(item):

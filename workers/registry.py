@@ -264,7 +264,12 @@ def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunct
 
 @functools.cache
 def component_of_module(module: str, component_type: str = "activity") -> ComponentId:
-    """A module's component: its name and the digest of its source."""
+    """A module's component of one type: its name and the digest of its type and source.
+
+    The type is hashed too: a module that defines activities and workflows has two
+    components, and a digest keys its stored metadata (``t_component_metadata``), so the
+    two must not share one."""
     source = inspect.getsource(sys.modules[module]).encode()
     name = module if component_type == "activity" else f"{module}:{component_type}"
-    return ComponentId(component_type=component_type, name=name, component_digest=content_digest(source))
+    digest = content_digest(component_type.encode() + b"\n" + source)
+    return ComponentId(component_type=component_type, name=name, component_digest=digest)

@@ -20,8 +20,10 @@ def executor() -> ActivityExecutor:
     global _executor
     if _executor is None:
         from deployments.registration import ensure_code_deployment
+        from workers import telemetry
         from workers.registry import load_components
 
+        telemetry.setup_from_environment()  # after the fork: this process's own exporters
         functions = load_components()
         _executor = ActivityExecutor(functions, ensure_code_deployment(functions))
     return _executor

@@ -35,10 +35,10 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from executions import errors, notify, store
+from executions import errors, notify, store, tracing
 from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Ok, Unlocked
 from executions.ids import ExecutionId
-from workers import determinism, shutdown
+from workers import determinism, heartbeat, shutdown, telemetry
 from workers.activity import ActivityError
 from workers.capture import capturing
 from workers.registry import ActivityFunction, ArgumentError, lookup
@@ -109,6 +109,7 @@ class StoreWriter:
             scheduled_at=new.scheduled_at,
             parent=new.parent,
             scheduled_by=new.scheduled_by,
+            metadata=tracing.telemetry_context(),  # the run's span: a workflow tree is one trace
         )
 
     def stub(self, ffqn: str, target: ExecutionId, retval) -> bool:
@@ -213,7 +214,8 @@ class StoreLease:
 def run_workflow(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
     """One run of a workflow, from the start of the function to its end or interruption."""
     try:
-        _run(locked, spec, deployment_id)
+        with heartbeat.running(), telemetry.workflow_run(locked):
+            _run(locked, spec, deployment_id)
     except Exception:
         logger.exception("workflow run of %s failed; its lock expires and it runs again", locked.execution_id)
     finally:
@@ -268,9 +270,13 @@ def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event
         store.append(locked.execution_id, None, outcome, fence=locked.fence)
     except errors.LockLost as lost:  # another run holds it now (a stop, an expired lock)
         logger.info("%s: this run was superseded (%s)", locked.execution_id, lost)
+        return
     except errors.ValidationFailed as refused:  # an unstorable result fails this execution only
         failure = ExecutionFailure("uncategorized", f"result rejected: {refused}")
-        store.append(locked.execution_id, None, Finished(retval=failure), fence=locked.fence)
+        outcome = Finished(retval=failure)
+        store.append(locked.execution_id, None, outcome, fence=locked.fence)
+    if telemetry.ENABLED and isinstance(outcome, Finished):
+        telemetry.workflow_finished(locked, outcome)
 
 
 def _call(spec: ActivityFunction, ctx: WorkflowContext, locked: store.LockedExecution) -> Event | None:

@@ -22,7 +22,7 @@ class Command(BaseCommand):
         from django_q.conf import Conf
 
         from deployments.registration import ensure_code_deployment
-        from workers import lingering, shutdown
+        from workers import heartbeat, lingering, shutdown, telemetry
         from workers.registry import load_components
         from workers.sweeper import SweeperThread
 
@@ -38,6 +38,7 @@ class Command(BaseCommand):
         self.stdout.flush()
         shutdown.prepare_cluster()
         lingering.prepare_cluster()
+        heartbeat.prepare_cluster()
         connections.close_all()  # the cluster's processes are forked: they must not share it
         cluster = Cluster(get_broker())
 
@@ -53,9 +54,16 @@ class Command(BaseCommand):
         cluster.start()
         if shutdown.stopping():  # asked before the sentinel existed
             stop(signal.SIGTERM, None)
+        # After the fork: the cluster's processes set up their own exporters (workers.tasks).
+        if telemetry.setup_from_environment():
+            telemetry.observe_backlog()
         sweeper = SweeperThread()
         sweeper.start()
+        beat = heartbeat.HeartbeatThread(processes=Conf.WORKERS, functions=list(functions), deployment_id=deployment_id)
+        beat.start()
         while cluster.sentinel is not None and cluster.sentinel.is_alive():
             time.sleep(0.2)
+        beat.stop()  # records the cluster as stopped
         sweeper.stop()
+        telemetry.shutdown()
         self.stdout.write("worker cluster stopped")

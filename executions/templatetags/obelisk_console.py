@@ -1,0 +1,103 @@
+"""Template tags of the operator console: ``{% obelisk_dashboard %}`` on the admin index.
+
+The dashboard (``obelisk/dashboard.html``) shows what ``store.dashboard()`` reads: the
+executions by state and outcome, what finished and failed in the last hour, the oldest due
+execution, expired locks, and the worker clusters with their heartbeats. Only users who
+may view executions see it; the numbers are read once per page view (a handful of
+index-served queries, ``executions/store/dashboard.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import template
+from django.contrib.admin.utils import quote
+from django.urls import NoReverseMatch, reverse
+
+from executions import store
+from executions.outcome import FAILURE_OUTCOMES, FINISHED_OUTCOMES, UNFINISHED_OUTCOMES
+
+register = template.Library()
+
+VIEW_PERMISSION = "obelisk_executions.view_executionstate"
+LIVE = ("pending", "scheduled", "running", "paused", "cancelling")
+
+
+def _url(name: str, *args) -> str | None:
+    try:
+        return reverse(name, args=[quote(a) for a in args])
+    except NoReverseMatch:
+        return None
+
+
+def _outcome_link(outcome: str) -> str | None:
+    changelist = _url("admin:obelisk_executions_executionstate_changelist")
+    return f"{changelist}?outcome={outcome}" if changelist else None
+
+
+def age(delta: timedelta) -> str:
+    """``3 s``, ``4 min 5 s``, ``2 h 10 min``, ``3 d 4 h``."""
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+@register.inclusion_tag("obelisk/dashboard.html", takes_context=True)
+def obelisk_dashboard(context):
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if user is None or not user.has_perm(VIEW_PERMISSION):
+        return {"visible": False}
+    data = store.dashboard()
+    now = data.now
+    live = [{"name": name, "count": data.live.get(name, 0), "url": _outcome_link(name)} for name in LIVE]
+    outcomes = [
+        {
+            "name": name,
+            "count": data.by_outcome.get(name, 0),
+            "url": _outcome_link(name),
+            "failure": name in FAILURE_OUTCOMES or name == "error",
+        }
+        for name in (*FINISHED_OUTCOMES, *UNFINISHED_OUTCOMES)
+        if data.by_outcome.get(name)
+    ]
+    oldest = None
+    if data.oldest_pending is not None:
+        oldest = {
+            "execution_id": data.oldest_pending.execution_id,
+            "ffqn": data.oldest_pending.ffqn,
+            "due_at": data.oldest_pending.due_at,
+            "age": age(data.oldest_pending.age),
+            "url": _url("admin:obelisk_executions_executionstate_change", data.oldest_pending.execution_id),
+        }
+    clusters = [
+        {
+            "info": info,
+            "seen_ago": age(max(timedelta(0), now - info.last_seen_at)),
+            "up_for": age(max(timedelta(0), (info.stopped_at or now) - info.started_at)),
+            "deployment_url": _url("admin:obelisk_deployments_deployment_change", info.deployment_id),
+            "status": "alive" if info.alive else ("stopped" if info.stopped_at else "gone"),
+        }
+        for info in data.clusters
+    ]
+    return {
+        "visible": True,
+        "data": data,
+        "live": live,
+        "outcomes": outcomes,
+        "states": sorted(data.by_state.items()),
+        "oldest": oldest,
+        "clusters": clusters,
+        "alive_clusters": sum(1 for c in data.clusters if c.alive),
+        "failed_url": _outcome_link("failed"),
+        "running_url": _outcome_link("running"),
+    }
