@@ -235,6 +235,11 @@ def test_pip_install_into_a_new_project_runs_an_activity(tmp_path):
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
     check = manage("check")
     assert check.returncode == 0, check.stdout + check.stderr
+    # The console's templates ship with the package (executions/templates).
+    templates = manage("shell", "-c", "from django.template.loader import get_template as t; "
+                       "[t(n) for n in ('obelisk/confirm_action.html', 'obelisk/dashboard.html', "
+                       "'admin/obelisk_executions/executionstate/change_form.html')]; print('templates ok')")  # fmt: skip
+    assert "templates ok" in templates.stdout, templates.stdout + templates.stderr
 
     log_path = tmp_path / "worker.log"
     with open(log_path, "w") as log:
