@@ -64,7 +64,6 @@ from executions.store.lifecycle import (
     upsert_stub_response,
 )
 from executions.store.listing import (
-    count_backlog,
     decode_cursor,
     encode_cursor,
     filter_executions,
@@ -139,7 +138,6 @@ __all__ = [
     "cancel",
     "cancel_children",
     "create",
-    "count_backlog",
     "create_many",
     "decode_cursor",
     "delete_finished",

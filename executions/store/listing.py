@@ -188,9 +188,3 @@ def list_executions(
         older_cursor=encode_cursor(rows[-1]) if rows and more_older else None,
         newer_cursor=encode_cursor(rows[0]) if rows and older_than else None,
     )
-
-
-def count_backlog(*, now: datetime | None = None) -> int:
-    """Executions due now that no worker has claimed yet (pending, active, due), children
-    included: the queue length a load balancer's health check or an alert watches."""
-    return filter_executions(ExecutionFilter(show_derived=True, statuses=("pending",)), now=now).count()

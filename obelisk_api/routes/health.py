@@ -23,7 +23,7 @@ logger = logging.getLogger("obelisk.api")
 @router.get("/health", auth=None, response={200: HealthOut, 503: ErrorOut})
 def health(request):
     try:
-        backlog = store.count_backlog()
+        backlog = sum(store.backlog().values())
         clusters = store.list_clusters()
     except DatabaseError as error:
         logger.warning("health: database unavailable: %s", error)
