@@ -9,7 +9,6 @@ the ORM calls are the test's own, made between page interactions, never concurre
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,19 +143,6 @@ def make_viewer(username: str = "viewer", password: str = "viewer"):
 # ---------------------------------------------------------------------------------------
 # Playwright
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -3,6 +3,9 @@ from django.db import connection
 
 
 def pytest_collection_modifyitems(config, items):
+    # Browser tests last: the session's Playwright keeps an event loop in the main thread
+    # from its first use on, which the other tests must not run under.
+    items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
     if connection.vendor == "postgresql":
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL")
@@ -23,3 +26,24 @@ def _close_listen_connection(django_db_setup, django_db_blocker):
     from executions import notify
 
     notify.stop_listening()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium through Playwright, one per test session: a second sync
+    Playwright cannot start in the same thread, so every browser test shares this one."""
+    import os
+
+    from tests.browser_support import CHROMIUM
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    # Playwright's sync API runs an event loop in this thread; the tests' ORM calls stay
+    # synchronous.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()

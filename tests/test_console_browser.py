@@ -17,7 +17,6 @@ from executions.models import AuditEntry
 from tests import browser_support as support
 from tests.browser_support import log_in, screenshot
 
-browser = support.browser  # the fixtures, re-exported for pytest
 page = support.page
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -3,12 +3,11 @@
 Chromium (Debian's, through Playwright) logs in to the admin of a live server as a
 superuser; a real ``manage.py obelisk_worker`` cluster (``tests/workers_support.py``) runs
 against the same test database. Screenshots go to ``var/screenshots/dashboard-*.png``.
-Self-contained: the fixtures live here.
+The browser is the session's (``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
-import shutil
 import signal
 from datetime import timedelta
 from pathlib import Path
@@ -25,26 +24,9 @@ from workers.submission import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
 SIZES = [(1366, 768), (1920, 1080)]
 PASSWORD = "dashboard-pw"
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip("Debian's chromium is not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test
-    # (and of the live server's thread, unaffected) are still synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture
