@@ -35,6 +35,22 @@ def telemetry_context() -> dict[str, str]:
     return carrier
 
 
+def trace_of_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The W3C trace context an incoming request carries (its ``traceparent`` and
+    ``tracestate`` headers), normalised by the propagator; ``{}`` when it carries none or
+    an invalid one. How the REST API hands a caller's trace to the execution it submits,
+    with or without the SDK."""
+    carrier = {key: headers[key] for key in TRACE_KEYS if key in headers}
+    if "traceparent" not in carrier:
+        return {}
+    context = _propagator.extract(carrier)
+    if not trace.get_current_span(context).get_span_context().is_valid:
+        return {}
+    normalised: dict[str, str] = {}
+    _propagator.inject(normalised, context=context)
+    return normalised
+
+
 def with_trace(metadata: Mapping[str, str] | None) -> dict[str, str]:
     """``metadata`` plus the current trace context; a ``traceparent`` the caller set wins."""
     context = telemetry_context()

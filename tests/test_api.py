@@ -413,6 +413,17 @@ def test_pause_resume_and_cancel_are_audited(api):
     assert audit_actions(execution_id) == [("pause", "ada", "api"), ("resume", "ada", "api"), ("cancel", "ada", "api")]
 
 
+def test_a_submitting_request_hands_its_trace_to_the_execution(api):
+    """The W3C ``traceparent`` of the request becomes the execution's, so the worker's span
+    of each attempt joins the caller's trace; a malformed one is ignored, not an error."""
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traced = api.post("/executions", {"function": ADD, "arguments": [1, 2]}, HTTP_TRACEPARENT=traceparent)
+    assert traced.status_code == 201, traced.content
+    assert engine.get(traced.json()["execution_id"]).metadata == {"traceparent": traceparent}
+    junk = api.post("/executions", {"function": ADD, "arguments": [1, 2]}, HTTP_TRACEPARENT="00-nonsense")
+    assert junk.status_code == 201 and engine.get(junk.json()["execution_id"]).metadata == {}
+
+
 def test_run_now_makes_a_scheduled_execution_due_and_refuses_a_running_one(api):
     later = (timezone.now() + timedelta(hours=1)).isoformat()
     created = api.post("/executions", {"function": ADD, "arguments": [1, 2], "scheduled_at": later})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ninja import Status
 from ninja.responses import codes_4xx
 
-from executions import client
+from executions import client, tracing
 from obelisk_api.auth import ACT, actor
 from obelisk_api.routes.executions import router
 from obelisk_api.schemas import CancelOut, ErrorOut, StubIn, StubOut, SubmitIn, SubmittedOut, VersionOut
@@ -27,6 +27,7 @@ def submit(request, body: SubmitIn):
         execution_id=body.execution_id,
         scheduled_at=body.scheduled_at,
         paused=body.paused,
+        metadata=tracing.trace_of_headers(request.headers),  # the caller's W3C trace, if any
         actor=actor(request),
         via=VIA,
     )
