@@ -54,7 +54,10 @@ def _utc(value: Any) -> Any:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("timestamps must be timezone-aware")
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # year 1 at +14:00, year 9999 at -14:00: no UTC date exists
+            raise ValueError("timestamp is out of range: in UTC it must fall in the years 1 to 9999") from None
     return value
 
 

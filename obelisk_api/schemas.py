@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ninja import Schema
+from ninja.responses import codes_4xx
 from pydantic import AwareDatetime, ConfigDict, StrictBool, StrictStr
 
 MAX_BIGINT = 2**63 - 1  # every version, seq and id column is a bigint
@@ -199,3 +200,8 @@ class HealthOut(Schema):
     backlog: int
     clusters_alive: int
     clusters_known: int
+
+
+# Every 4xx the API answers, for the OpenAPI document: django-ninja's ``codes_4xx`` leaves
+# out 413 (a body over ``MAX_PAYLOAD_BYTES``) and 422 (validation), which routes answer too.
+ERROR_STATUSES = frozenset(codes_4xx) | {413, 422}

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import hashlib
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -34,11 +34,21 @@ from executions.store.datatypes import BlockingStack, EventRecord
 
 
 def _now(now: datetime | None) -> datetime:
+    """A caller's timestamp (now when None): aware, with a date in UTC."""
     if now is None:
         return timezone.now()
     if now.tzinfo is None:
         raise errors.ValidationFailed("timestamps must be timezone-aware")
-    return now
+    return in_utc(now, errors.ValidationFailed("timestamp is out of range: in UTC it must fall in the years 1 to 9999"))
+
+
+def in_utc(value: datetime, refusal: errors.StoreError) -> datetime:
+    """``value`` in UTC; ``refusal`` when it has no UTC date (year 1 at +14:00, year 9999
+    at -14:00: ``astimezone`` overflows)."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise refusal from None
 
 
 def _eid(execution_id: str | ExecutionId) -> str:

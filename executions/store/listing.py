@@ -18,7 +18,7 @@ from executions.state_machine import (
     Lifecycle,
     State,
 )
-from executions.store.common import _now
+from executions.store.common import _now, in_utc
 from executions.store.datatypes import STATUS_FILTERS, ExecutionFilter, ExecutionSnapshot, Page
 
 MAX_FILTER_CHARS = 1024  # longest text filter; the longest column compared (execution_id) has 1024
@@ -57,7 +57,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise invalid from None
     if at.tzinfo is None:  # every cursor we hand out is aware; a naive one cannot be compared
         raise invalid
-    return at, execution_id
+    return in_utc(at, invalid), execution_id
 
 
 def _status_condition(status: str, now: datetime) -> Q:
@@ -104,7 +104,7 @@ def _outcome_condition(outcomes, now: datetime) -> Q:
 def _aware(value: object, what: str) -> datetime:
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise errors.ValidationFailed(f"{what} must be a timezone-aware datetime")
-    return value
+    return in_utc(value, errors.ValidationFailed(f"{what} is out of range: in UTC it must fall in the years 1 to 9999"))
 
 
 def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from ninja import Query, Router
-from ninja.responses import codes_4xx
 
 from executions import client, errors, store
 from obelisk_api import rendering
 from obelisk_api.schemas import (
+    ERROR_STATUSES,
     MAX_BIGINT,
     AuditPage,
     ErrorOut,
@@ -26,7 +26,7 @@ router = Router(tags=["executions"])
 MAX_WAIT_SECONDS = 60.0
 
 
-@router.get("/executions", response={200: ExecutionPage, codes_4xx: ErrorOut})
+@router.get("/executions", response={200: ExecutionPage, ERROR_STATUSES: ErrorOut})
 def list_executions(
     request,
     function: str | None = Query(None, description="function name prefix, e.g. `py:demo/`"),
@@ -55,13 +55,13 @@ def list_executions(
     return rendering.page(found)
 
 
-@router.get("/executions/{execution_id}", response={200: ExecutionOut, codes_4xx: ErrorOut})
+@router.get("/executions/{execution_id}", response={200: ExecutionOut, ERROR_STATUSES: ErrorOut})
 def get_execution(request, execution_id: str):
     """State, outcome, result, arguments, timestamps, attempts and tree links."""
     return rendering.detail(client.get(execution_id))
 
 
-@router.get("/executions/{execution_id}/history", response={200: HistoryPage, codes_4xx: ErrorOut})
+@router.get("/executions/{execution_id}/history", response={200: HistoryPage, ERROR_STATUSES: ErrorOut})
 def history(
     request,
     execution_id: str,
@@ -79,7 +79,7 @@ def history(
     }
 
 
-@router.get("/executions/{execution_id}/responses", response={200: ResponsesPage, codes_4xx: ErrorOut})
+@router.get("/executions/{execution_id}/responses", response={200: ResponsesPage, ERROR_STATUSES: ErrorOut})
 def responses(
     request, execution_id: str, after_seq: int = Query(0, ge=0, le=MAX_BIGINT), limit: int = Query(100, ge=1, le=1000)
 ):
@@ -95,7 +95,7 @@ def responses(
     }
 
 
-@router.get("/executions/{execution_id}/logs", response={200: LogsPage, codes_4xx: ErrorOut})
+@router.get("/executions/{execution_id}/logs", response={200: LogsPage, ERROR_STATUSES: ErrorOut})
 def logs(
     request, execution_id: str, after_id: int = Query(0, ge=0, le=MAX_BIGINT), limit: int = Query(100, ge=1, le=1000)
 ):
@@ -109,7 +109,7 @@ def logs(
     }
 
 
-@router.get("/executions/{execution_id}/wait", response={200: WaitOut, codes_4xx: ErrorOut})
+@router.get("/executions/{execution_id}/wait", response={200: WaitOut, ERROR_STATUSES: ErrorOut})
 def wait(request, execution_id: str, timeout: float = Query(30.0, ge=0, le=MAX_WAIT_SECONDS)):
     """Block until it finishes or `timeout` seconds (at most 60) pass. Always 200 for an
     existing execution: `finished` says which happened, so a client loops on one shape."""
@@ -120,7 +120,7 @@ def wait(request, execution_id: str, timeout: float = Query(30.0, ge=0, le=MAX_W
     return rendering.waited(store.get_state(execution_id).execution_id, result)
 
 
-@router.get("/executions/{execution_id}/audit", response={200: AuditPage, codes_4xx: ErrorOut})
+@router.get("/executions/{execution_id}/audit", response={200: AuditPage, ERROR_STATUSES: ErrorOut})
 def audit(request, execution_id: str, limit: int = Query(100, ge=1, le=1000)):
     """Who acted on it (submit, cancel, pause, resume, retry, stub), newest first."""
     entries = client.audit_trail(execution_id, limit=limit)
