@@ -19,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from deployments import catalog
 from deployments.models import ComponentMetadata, Deployment, DeploymentComponent
 from executions import display, errors, store
+from executions.admin import ReadOnlyAdmin
 
 STATUS_COLOURS = {"active": ("#2e7d32", "#fff"), "enqueued": ("#1565c0", "#fff"), "inactive": ("#9e9e9e", "#fff")}
 
@@ -65,19 +66,8 @@ def functions_table(exports) -> str:
     )
 
 
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(Deployment)
-class DeploymentAdmin(ReadOnly):
+class DeploymentAdmin(ReadOnlyAdmin):
     list_display = ("deployment_id", "status_badge", "created", "last_activated", "component_list", "executions")
     list_filter = ("status",)
     ordering = ("-created_at",)
@@ -217,7 +207,7 @@ class DeploymentAdmin(ReadOnly):
 
 
 @admin.register(ComponentMetadata)
-class ComponentMetadataAdmin(ReadOnly):
+class ComponentMetadataAdmin(ReadOnlyAdmin):
     list_display = ("component_digest", "names", "wit_origin", "executions")
     search_fields = ("component_digest",)
     fields = ("component_digest", "names", "deployments", "executions", "functions", "wit_origin", "wit_text")

@@ -47,6 +47,8 @@ MAX_SEARCH_IDS = 500
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    """The console's pages show what the store holds; only the store writes it."""
+
     def has_add_permission(self, request, obj=None):
         return False
 

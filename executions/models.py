@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
 
 from executions.events import VARIANTS
-from executions.state_machine import Lifecycle, State
+from executions.state_machine import Lifecycle, State, StateWords
 
 COMPONENT_TYPES = ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"]
 
@@ -47,7 +47,7 @@ def _choices(values):
     return [(value, value) for value in values]
 
 
-class ExecutionState(models.Model):
+class ExecutionState(StateWords, models.Model):
     """``t_state``: one row per execution, the projection of its event log."""
 
     execution_id = models.CharField(primary_key=True, max_length=1024)
@@ -145,20 +145,6 @@ class ExecutionState(models.Model):
 
     def __str__(self) -> str:
         return self.execution_id
-
-    @property
-    def is_finished(self) -> bool:
-        return self.state == State.FINISHED
-
-    @property
-    def next_version(self) -> int:
-        """The version the next appended event must carry (the finished event's own, once finished)."""
-        return self.corresponding_version if self.is_finished else self.corresponding_version + 1
-
-    @property
-    def status(self) -> str:
-        """One word for lists: the lifecycle overlay wins over the state."""
-        return self.lifecycle if self.lifecycle != Lifecycle.ACTIVE else self.state
 
 
 class ExecutionEvent(models.Model):

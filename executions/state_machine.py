@@ -47,6 +47,25 @@ class Lifecycle(enum.StrEnum):
     CANCELLING = "cancelling"
 
 
+class StateWords:
+    """What a ``t_state`` row says in words, for the model and its frozen snapshot alike
+    (they need ``state``, ``lifecycle`` and ``corresponding_version``)."""
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state == State.FINISHED
+
+    @property
+    def next_version(self) -> int:
+        """The version the next appended event must carry (the finished event's own, once finished)."""
+        return self.corresponding_version if self.is_finished else self.corresponding_version + 1
+
+    @property
+    def status(self) -> str:
+        """One word for lists: the lifecycle overlay wins over the state."""
+        return self.lifecycle if self.lifecycle != Lifecycle.ACTIVE else self.state
+
+
 # The state pairs a row may be in (spec 000 §4); anything else is a consistency error and is
 # also refused by the table's check constraints.
 VALID_STATES: tuple[tuple[State, Lifecycle], ...] = (

@@ -47,3 +47,19 @@ def browser():
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def operator():
+    """A user who may read and act (the API tests' caller)."""
+    from tests.api_support import ACT, VIEW, make_user
+
+    return make_user("ada", VIEW, ACT)
+
+
+@pytest.fixture
+def api(operator):
+    """The REST API as ``operator``, by bearer token (``tests.api_support.Api``)."""
+    from tests.api_support import api_for
+
+    return api_for(operator)

@@ -29,7 +29,6 @@ from obelisk_api import urls as api_urls
 from obelisk_api.models import ApiToken
 from tests import helpers
 from tests.api_support import (
-    ACT,
     ADD,
     NOOP,
     VIEW,
@@ -48,16 +47,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def deployed():
     return helpers.deploy_components()
-
-
-@pytest.fixture
-def operator():
-    return make_user("ada", VIEW, ACT)
-
-
-@pytest.fixture
-def api(operator) -> Api:
-    return api_for(operator)
 
 
 @pytest.fixture

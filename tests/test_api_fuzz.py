@@ -42,7 +42,7 @@ from executions.ids import ExecutionId
 from executions.models import ExecutionState
 from obelisk_api.api import api as ninja_api
 from tests import helpers
-from tests.api_support import ACT, ADD, VIEW, Api, api_for, finish, make_user, submitted
+from tests.api_support import ADD, finish, submitted
 from tests.fuzz_support import (
     any_text,
     ascii_words,
@@ -83,16 +83,6 @@ FUZZ = settings(
 @pytest.fixture(autouse=True)
 def deployed():
     return helpers.deploy_components()
-
-
-@pytest.fixture
-def operator():
-    return make_user("ada", VIEW, ACT)
-
-
-@pytest.fixture
-def api(operator) -> Api:
-    return api_for(operator)
 
 
 def assert_refusal_or_success(response, before) -> None:

@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from executions import errors, store
 from executions.events import Err, ExecutionFailure, Finished, Ok
@@ -232,6 +233,30 @@ def test_status_shows_why_an_execution_failed_and_its_traceback_with_v2():
     assert 'File "acts.py"' not in short.stdout.decode()
     verbose = run("obelisk_status", execution_id, "-v", "2")
     assert trace.rstrip("\n") in verbose.stdout.decode()
+
+
+def test_operator_commands_act_through_the_store_audited_as_the_os_user():
+    """pause, resume, run_now and retry change the execution by the store's events and
+    record who acted (``OBELISK_ACTOR``, else the OS user) with ``via=cli``."""
+    later = timezone.now() + timedelta(hours=1)
+    execution_id, _ = submit(ADD, [1, 2], scheduled_at=later)
+    for command, printed in [
+        ("obelisk_pause", "paused"),
+        ("obelisk_resume", "resumed"),
+        ("obelisk_run_now", "due now"),
+    ]:
+        result = run(command, execution_id)
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+        assert result.stdout.decode().strip() == f"{execution_id}: {printed}"
+    assert helpers.event_variants(execution_id) == ["created", "paused", "unpaused", "rescheduled"]
+    locked = helpers.lock(execution_id)
+    store.append(execution_id, locked.next_version, Finished(retval=Err("no")), fence=locked.fence)
+    retried = run("obelisk_retry", execution_id)
+    new_id = retried.stdout.decode().strip()
+    assert store.get_created(new_id).metadata["retry_of"] == execution_id
+    trail = [(e.action, e.via, e.actor.startswith("os:")) for e in reversed(store.list_audit(execution_id))]
+    assert trail == [(a, "cli", True) for a in ("pause", "resume", "run_now", "retry")]
+    refused("obelisk_run_now", execution_id, code="already_finished")
 
 
 def test_help_lists_the_exit_statuses():

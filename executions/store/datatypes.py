@@ -20,7 +20,7 @@ from executions.models import (
     ExecutionState,
 )
 from executions.outcome import outcome_of
-from executions.state_machine import Lifecycle, State
+from executions.state_machine import StateWords
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class LogRecord:
 
 
 @dataclass(frozen=True)
-class ExecutionSnapshot:
+class ExecutionSnapshot(StateWords):
     """One execution's ``t_state`` row as read: a frozen value, not a saveable model, so a
     reader cannot write around the store. Field names are the table's columns."""
 
@@ -155,20 +155,6 @@ class ExecutionSnapshot:
     @classmethod
     def of(cls, row: ExecutionState) -> ExecutionSnapshot:
         return cls(**{name: getattr(row, name) for name in _SNAPSHOT_FIELDS})
-
-    @property
-    def is_finished(self) -> bool:
-        return self.state == State.FINISHED
-
-    @property
-    def next_version(self) -> int:
-        """The version the next appended event must carry (the finished event's own, once finished)."""
-        return self.corresponding_version if self.is_finished else self.corresponding_version + 1
-
-    @property
-    def status(self) -> str:
-        """One word for lists: the lifecycle overlay wins over the state."""
-        return self.lifecycle if self.lifecycle != Lifecycle.ACTIVE else self.state
 
     def outcome(self, now: datetime) -> str:
         """``executions.outcome``: ok, error, a failure kind, or where it is now."""

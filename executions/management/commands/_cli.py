@@ -118,6 +118,20 @@ def cli_actor() -> str:
     return os.environ.get("OBELISK_ACTOR") or f"os:{user}"
 
 
+class ExecutionActionCommand(ObeliskCommand):
+    """An operator's action on one execution: through ``executions.client``, audited as
+    ``cli_actor()`` with ``via="cli"``; ``act`` returns the line to print."""
+
+    def add_arguments(self, parser):
+        parser.add_argument("execution_id")
+
+    def act(self, execution_id: str, actor: str) -> str:
+        raise NotImplementedError
+
+    def handle(self, *args, execution_id, **options):
+        self.stdout.write(self.act(execution_id, cli_actor()))
+
+
 def status_line(state: ExecutionSnapshot) -> str:
     status = state.status
     if state.state == "pending_at" and state.lifecycle == "active" and state.pending_expires_finished > timezone.now():

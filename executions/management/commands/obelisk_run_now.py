@@ -1,13 +1,10 @@
 from executions import client
-from executions.management.commands._cli import ObeliskCommand, cli_actor
+from executions.management.commands._cli import ExecutionActionCommand
 
 
-class Command(ObeliskCommand):
+class Command(ExecutionActionCommand):
     help = "Make a scheduled (or backing-off) pending execution due now."
 
-    def add_arguments(self, parser):
-        parser.add_argument("execution_id")
-
-    def handle(self, *args, execution_id, **options):
-        client.run_now(execution_id, actor=cli_actor(), via="cli")
-        self.stdout.write(f"{execution_id}: due now")
+    def act(self, execution_id: str, actor: str) -> str:
+        client.run_now(execution_id, actor=actor, via="cli")
+        return f"{execution_id}: due now"
