@@ -2,7 +2,7 @@
 HTTP clients that present them, and executions brought to a state through the store.
 
 Requests go through Django's test client to the real URL conf, views and database; the
-only thing not exercised is the network socket (bench/http.py covers that).
+only thing not exercised is the network socket (bench/api_http.py covers that).
 """
 
 from __future__ import annotations

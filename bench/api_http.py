@@ -15,7 +15,7 @@ Per operation: latency p50 / p99 (ms) and calls/s (one client, back to back). ru
 is a development server: the figures bound what the API adds, not what a production WSGI
 server would do.
 
-Usage: python bench/http.py [--count 200] [--workers 1]
+Usage: python bench/api_http.py [--count 200] [--workers 1]
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def bench_token() -> str:
 
     user = User.objects.create_user("bench")
     user.user_permissions.set(Permission.objects.filter(codename__in=["view_executionstate", "act_on_executions"]))
-    return tokens.issue("bench", "bench/http.py").token
+    return tokens.issue("bench", "bench/api_http.py").token
 
 
 def timed(call, count: int) -> dict:
