@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
@@ -131,9 +131,27 @@ class DeploymentInfo:
     components: tuple[tuple[str, str, str], ...]  # (name, type, digest)
 
 
-@lru_cache(maxsize=64)
+_FUNCTIONS_OF: dict[str, dict[str, StoredFunction]] = {}
+
+
 def functions_of(deployment_id: str) -> dict[str, StoredFunction]:
-    """Every function a deployment exports, by name (immutable, so cached)."""
+    """Every function a deployment exports, by name. A deployment is immutable, so what is
+    found is kept for the life of the process (a submit pinned to a known deployment then
+    costs no query); an unknown id is asked again each time."""
+    cached = _FUNCTIONS_OF.get(deployment_id)
+    if cached is None:
+        cached = _read_functions(deployment_id)
+        if cached and len(_FUNCTIONS_OF) < 256:
+            _FUNCTIONS_OF[deployment_id] = cached
+    return cached
+
+
+def forget() -> None:
+    """Drop what this process keeps about deployments (for tests, whose tables are emptied)."""
+    _FUNCTIONS_OF.clear()
+
+
+def _read_functions(deployment_id: str) -> dict[str, StoredFunction]:
     functions: dict[str, StoredFunction] = {}
     rows = DeploymentComponent.objects.filter(deployment_id=deployment_id).select_related("component")
     for row in rows:
@@ -161,20 +179,25 @@ def find_function(ffqn: str, deployment_id: str | None = None) -> StoredFunction
     """The function as the given deployment exports it; without one, as the active
     deployment does, else as the newest deployment that exports it."""
     if deployment_id is not None:
-        if not Deployment.objects.filter(pk=deployment_id).exists():
+        functions = functions_of(deployment_id)
+        if not functions and not Deployment.objects.filter(pk=deployment_id).exists():
             raise UnknownDeployment(f"unknown deployment `{errors.excerpt(deployment_id)}`")
+        if ffqn in functions:
+            return functions[ffqn]
         candidates = [deployment_id]
     else:
         active = active_deployment_id()
+        if active is not None and ffqn in functions_of(active):
+            return functions_of(active)[ffqn]
         candidates = ([active] if active else []) + [
             d
             for d in Deployment.objects.order_by("-created_at").values_list("deployment_id", flat=True)[:20]
             if d != active
         ]
-    for candidate in candidates:
-        found = functions_of(candidate).get(ffqn)
-        if found is not None:
-            return found
+        for candidate in candidates[1:] if active else candidates:
+            found = functions_of(candidate).get(ffqn)
+            if found is not None:
+                return found
     known = ", ".join(sorted(functions_of(candidates[0]))) if candidates else ""
     raise UnknownFunction(
         f"unknown function `{errors.excerpt(ffqn)}`; "

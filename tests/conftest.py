@@ -63,3 +63,15 @@ def api(operator):
     from tests.api_support import api_for
 
     return api_for(operator)
+
+
+@pytest.fixture(autouse=True)
+def _forget_deployments():
+    """Processes keep what they learned about deployments (immutable, so never stale in
+    production); a test's database is emptied after it, so each test starts without."""
+    from deployments import catalog
+    from workers import submission
+
+    catalog.forget()
+    submission._deployment_for.cache_clear()
+    yield
