@@ -3,16 +3,16 @@
 
 On a database of its own (``obelisk_bench_http``, created and dropped) with one real worker
 cluster (``manage.py obelisk_worker``, the no-op activity of bench/components.py) and a real
-HTTP server (``manage.py runserver --noreload``, threaded, one keep-alive connection from
-this client), it measures, one call at a time:
+HTTP server (Django's threaded development server with TCP_NODELAY, one keep-alive
+connection from this client), it measures, one call at a time:
 
 - submit: ``POST /api/v1/executions`` (bearer token; audited) next to ``client.submit``
   (the hot path, not audited) and ``client.submit`` audited as the API does it;
 - submit → result: ``POST`` then ``GET …/wait`` until finished, next to ``client.submit`` +
   ``client.wait``.
 
-Per operation: latency p50 / p99 (ms) and calls/s (one client, back to back). runserver
-is a development server: the figures bound what the API adds, not what a production WSGI
+Per operation: latency p50 / p99 (ms) and calls/s (one client, back to back). Django's
+server is a development server: the figures bound what the API adds, not what a production WSGI
 server would do.
 
 Usage: python bench/api_http.py [--count 200] [--workers 1]
@@ -47,16 +47,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Django's development server (runserver's classes), with TCP_NODELAY on each connection:
+# it writes a response's headers and body in two sends, and with Nagle's algorithm on, the
+# body waits out the client's delayed ACK on a kept-alive connection (~40 ms a request,
+# nothing to do with the API). runserver itself cannot be told to set it.
+SERVE = """
+import os, socket, sys
+import django
+django.setup()
+from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+from django.core.wsgi import get_wsgi_application
+
+class NoDelay(WSGIRequestHandler):
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+server = ThreadedWSGIServer(("127.0.0.1", int(sys.argv[1])), NoDelay)
+server.set_app(get_wsgi_application())
+server.serve_forever()
+"""
+
+
 class Server:
-    """``manage.py runserver --noreload`` on the bench database, stopped whatever happens."""
+    """Django's development server on the bench database, stopped whatever happens."""
 
     def __init__(self, url: str):
         import requests
 
         self.port = free_port()
-        env = {**child_env(url), "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+        env = {**child_env(url), "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+        env.setdefault("DJANGO_SETTINGS_MODULE", "obelisk_site.settings")
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+            [sys.executable, "-c", SERVE, str(self.port)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self.base = f"http://127.0.0.1:{self.port}/api/v1"
@@ -69,7 +92,7 @@ class Server:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise SystemExit("runserver did not come up")
+                raise SystemExit("the HTTP server did not come up")
             time.sleep(0.1)
 
     def stop(self) -> None:
