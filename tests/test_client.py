@@ -15,6 +15,7 @@ from django.utils import timezone
 from deployments import catalog
 from executions import client, errors, store
 from executions.events import ExecutionFailure, Finished, Ok
+from executions.ids import ExecutionId
 from executions.models import AuditEntry
 from tests import helpers
 from tests.workers_support import BASE_DIR, current_database_url
@@ -216,3 +217,25 @@ def test_run_now_of_a_running_or_finished_execution_is_refused_and_changes_nothi
     with pytest.raises(errors.AlreadyFinished):
         client.run_now(finished, actor="ada", via="api")
     assert helpers.db_snapshot() == before
+
+
+def test_a_submit_pinned_to_a_known_deployment_asks_the_catalogue_nothing(deployed):
+    """Deployments are immutable, so once a process has read one, a submit pinned to it is
+    only the store's create: no query more (it once cost a round trip per submit)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.submit(ADD, [1, 2], deployment_id=deployed)  # the first reads the catalogue
+    with CaptureQueriesContext(connection) as submitting:
+        client.submit(ADD, [3, 4], deployment_id=deployed)
+    function = catalog.find_function(ADD, deployed)
+    request = store.CreateRequest(
+        execution_id=str(ExecutionId.generate()),
+        ffqn=ADD,
+        params=[5, 6],
+        component_id=function.component_id,
+        deployment_id=deployed,
+    )
+    with CaptureQueriesContext(connection) as creating:
+        store.create(request)
+    assert len(submitting.captured_queries) == len(creating.captured_queries)
