@@ -71,29 +71,7 @@ class DeploymentAdmin(ReadOnlyAdmin):
     list_display = ("deployment_id", "status_badge", "created", "last_activated", "component_list", "executions")
     list_filter = ("status",)
     ordering = ("-created_at",)
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    "deployment_id",
-                    "status_badge",
-                    "created",
-                    "last_activated",
-                    "workers",
-                    "description",
-                    "created_by",
-                    "obelisk_version",
-                    "digest",
-                    "executions",
-                )
-            },
-        ),
-        ("Components", {"fields": ("components_table",)}),
-        ("Functions", {"fields": ("functions",)}),
-        ("Manifest", {"classes": ("collapse",), "fields": ("deployment_toml",)}),
-    )
-    readonly_fields = (
+    _details = (
         "deployment_id",
         "status_badge",
         "created",
@@ -104,10 +82,14 @@ class DeploymentAdmin(ReadOnlyAdmin):
         "obelisk_version",
         "digest",
         "executions",
-        "components_table",
-        "functions",
-        "deployment_toml",
     )
+    fieldsets = (
+        (None, {"fields": _details}),
+        ("Components", {"fields": ("components_table",)}),
+        ("Functions", {"fields": ("functions",)}),
+        ("Manifest", {"classes": ("collapse",), "fields": ("deployment_toml",)}),
+    )
+    readonly_fields = (*_details, "components_table", "functions", "deployment_toml")
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):

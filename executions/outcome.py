@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from executions.events import RESULT_KIND_ERROR, RESULT_KIND_OK, FailureKind
+from executions.events import RESULT_KIND_ERROR, RESULT_KIND_OK, Err, ExecutionFailure, FailureKind, Ok
 from executions.state_machine import Lifecycle, State
 
 FAILURE_OUTCOMES: tuple[str, ...] = FailureKind.__args__
@@ -34,6 +34,17 @@ def outcome_of_result_kind(result_kind: str) -> str:
     if result_kind == RESULT_KIND_ERROR:
         return "error"
     return json.loads(result_kind)["err"]["execution_failure"]
+
+
+def outcome_of_retval(retval) -> str:
+    """A return value (``Ok``, ``Err``, ``ExecutionFailure``) → ``ok``, ``error`` or the failure kind."""
+    if isinstance(retval, Ok):
+        return "ok"
+    if isinstance(retval, Err):
+        return "error"
+    if isinstance(retval, ExecutionFailure):
+        return retval.kind
+    raise TypeError(f"not a return value: {type(retval).__name__}")
 
 
 def result_kind_of_outcome(outcome: str) -> str:

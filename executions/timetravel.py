@@ -20,15 +20,12 @@ from executions.events import (
     ChildExecutionRequest,
     Created,
     DelayRequest,
-    Err,
-    ExecutionFailure,
     Finished,
     HistoryEventRecord,
     JoinNext,
     JoinNextTry,
     JoinSetRequest,
     Locked,
-    Ok,
     Paused,
     Schedule,
     TemporarilyFailed,
@@ -36,6 +33,7 @@ from executions.events import (
     Unlocked,
     Unpaused,
 )
+from executions.outcome import outcome_of_retval
 
 
 @dataclass(frozen=True)
@@ -61,16 +59,6 @@ class AsOf:
     requests: list[RequestAsOf]
     scheduled: list[str]  # top-level executions it had scheduled by then
     is_last: bool  # ``version`` is the newest event: this is the present
-
-
-def _retval_outcome(retval) -> str:
-    if isinstance(retval, Ok):
-        return "ok"
-    if isinstance(retval, Err):
-        return "error"
-    if isinstance(retval, ExecutionFailure):
-        return retval.kind
-    return "finished"
 
 
 def as_of(events: Sequence, responses: Sequence, version: int) -> AsOf:
@@ -107,7 +95,7 @@ def as_of(events: Sequence, responses: Sequence, version: int) -> AsOf:
         elif isinstance(event, CancellationRequested):
             lifecycle = "cancelling"
         elif isinstance(event, Finished):
-            state, lifecycle = _retval_outcome(event.retval), "active"
+            state, lifecycle = outcome_of_retval(event.retval), "active"
         elif isinstance(event, HistoryEventRecord):
             history = event.event
             if isinstance(history, JoinSetRequest):

@@ -43,8 +43,9 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from executions import errors, store, tracing
-from executions.events import Err, ExecutionFailure, Finished, Ok, Unlocked
+from executions.events import Finished, Unlocked
 from executions.outage import DATABASE_ERRORS
+from executions.outcome import outcome_of_retval
 from executions.state_machine import retry_backoff
 
 logger = logging.getLogger("obelisk.telemetry")
@@ -329,16 +330,6 @@ def _backlog(options):
 
 
 # -- outcomes -----------------------------------------------------------------------------
-
-
-def outcome_of_retval(retval) -> str:
-    if isinstance(retval, Ok):
-        return "ok"
-    if isinstance(retval, Err):
-        return "error"
-    if isinstance(retval, ExecutionFailure):
-        return retval.kind
-    return "unknown"
 
 
 def _attempt_of(locked: store.LockedExecution, item: store.AppendItem | None) -> _Attempt:

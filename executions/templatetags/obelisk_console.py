@@ -15,7 +15,7 @@ from django import template
 from django.contrib.admin.utils import quote
 from django.urls import NoReverseMatch, reverse
 
-from executions import store
+from executions import display, store
 from executions.outcome import FAILURE_OUTCOMES, FINISHED_OUTCOMES, UNFINISHED_OUTCOMES
 
 register = template.Library()
@@ -34,21 +34,6 @@ def _url(name: str, *args) -> str | None:
 def _outcome_link(outcome: str) -> str | None:
     changelist = _url("admin:obelisk_executions_executionstate_changelist")
     return f"{changelist}?outcome={outcome}" if changelist else None
-
-
-def age(delta: timedelta) -> str:
-    """``3 s``, ``4 min 5 s``, ``2 h 10 min``, ``3 d 4 h``."""
-    seconds = int(delta.total_seconds())
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
 
 
 @register.inclusion_tag("obelisk/dashboard.html", takes_context=True)
@@ -76,14 +61,14 @@ def obelisk_dashboard(context):
             "execution_id": data.oldest_pending.execution_id,
             "ffqn": data.oldest_pending.ffqn,
             "due_at": data.oldest_pending.due_at,
-            "age": age(data.oldest_pending.age),
+            "age": display.format_duration(data.oldest_pending.age),
             "url": _url("admin:obelisk_executions_executionstate_change", data.oldest_pending.execution_id),
         }
     clusters = [
         {
             "info": info,
-            "seen_ago": age(max(timedelta(0), now - info.last_seen_at)),
-            "up_for": age(max(timedelta(0), (info.stopped_at or now) - info.started_at)),
+            "seen_ago": display.format_duration(max(timedelta(0), now - info.last_seen_at)),
+            "up_for": display.format_duration(max(timedelta(0), (info.stopped_at or now) - info.started_at)),
             "deployment_url": _url("admin:obelisk_deployments_deployment_change", info.deployment_id),
             "status": "alive" if info.alive else ("stopped" if info.stopped_at else "gone"),
         }
