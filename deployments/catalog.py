@@ -179,30 +179,32 @@ def find_function(ffqn: str, deployment_id: str | None = None) -> StoredFunction
     """The function as the given deployment exports it; without one, as the active
     deployment does, else as the newest deployment that exports it."""
     if deployment_id is not None:
-        functions = functions_of(deployment_id)
-        if not functions and not Deployment.objects.filter(pk=deployment_id).exists():
+        if not functions_of(deployment_id) and not Deployment.objects.filter(pk=deployment_id).exists():
             raise UnknownDeployment(f"unknown deployment `{errors.excerpt(deployment_id)}`")
-        if ffqn in functions:
-            return functions[ffqn]
-        candidates = [deployment_id]
+        searched = iter([deployment_id])
     else:
-        active = active_deployment_id()
-        if active is not None and ffqn in functions_of(active):
-            return functions_of(active)[ffqn]
-        candidates = ([active] if active else []) + [
-            d
-            for d in Deployment.objects.order_by("-created_at").values_list("deployment_id", flat=True)[:20]
-            if d != active
-        ]
-        for candidate in candidates[1:] if active else candidates:
-            found = functions_of(candidate).get(ffqn)
-            if found is not None:
-                return found
-    known = ", ".join(sorted(functions_of(candidates[0]))) if candidates else ""
+        searched = _search_order()
+    first = None
+    for candidate in searched:
+        first = first or candidate
+        found = functions_of(candidate).get(ffqn)
+        if found is not None:
+            return found
+    known = ", ".join(sorted(functions_of(first))) if first else ""
     raise UnknownFunction(
         f"unknown function `{errors.excerpt(ffqn)}`; "
         + (f"exported: {errors.excerpt(known, 300)}" if known else "no deployment is registered yet: start a worker")
     )
+
+
+def _search_order():
+    """The active deployment, then the 20 newest others, read only as far as a search goes
+    (a function the active deployment exports costs one query)."""
+    active = active_deployment_id()
+    if active is not None:
+        yield active
+    newest = Deployment.objects.order_by("-created_at").values_list("deployment_id", flat=True)[:20]
+    yield from (d for d in newest if d != active)
 
 
 def list_functions(deployment_id: str | None = None) -> list[StoredFunction]:

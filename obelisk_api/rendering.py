@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from deployments import catalog
 from executions import store
-from executions.events import event_to_json, retval_to_json
+from executions.events import event_to_json, retval_from_json, retval_to_json
+from executions.outcome import outcome_of_retval
 
 
 def summary(state: store.ExecutionSnapshot, now=None) -> dict:
@@ -91,10 +92,7 @@ def log(record: store.LogRecord) -> dict:
 
 def waited(execution_id: str, result: dict | None) -> dict:
     """``result`` in Obelisk's shape, or None when the wait ended first."""
-    outcome = None
-    if result is not None:
-        ((key, value),) = result.items()
-        outcome = {"ok": "ok", "err": "error"}.get(key) or value["kind"]
+    outcome = outcome_of_retval(retval_from_json(result)) if result is not None else None
     return {"execution_id": execution_id, "finished": result is not None, "outcome": outcome, "result": result}
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from ninja import Query, Router
 
 from executions import client, errors, store
+from executions.ids import ExecutionId
 from obelisk_api import rendering
 from obelisk_api.schemas import (
     ERROR_STATUSES,
@@ -117,7 +118,7 @@ def wait(request, execution_id: str, timeout: float = Query(30.0, ge=0, le=MAX_W
         result = client.wait(execution_id, timeout=timeout)
     except errors.Timeout:
         result = None
-    return rendering.waited(store.get_state(execution_id).execution_id, result)
+    return rendering.waited(str(ExecutionId.parse(execution_id)), result)  # the wait found it: no read
 
 
 @router.get("/executions/{execution_id}/audit", response={200: AuditPage, ERROR_STATUSES: ErrorOut})

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from executions import display, errors, store
 from executions.events import Err, ExecutionFailure, RetVal
+from executions.ids import ExecutionId
 from executions.store import ExecutionSnapshot
 
 # Exit statuses (also in every command's --help).
@@ -168,7 +169,7 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
     Raises ``CommandError`` with exit status 5 when ``timeout`` seconds pass first.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending = list(execution_ids)
+    pending = [str(ExecutionId.parse(execution_id)) for execution_id in execution_ids]
     started = time.monotonic()
     while pending:
         step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
@@ -176,8 +177,8 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
             store.wait_for_finished(pending, timeout=step)
             pending = []
         except errors.Timeout:
-            states = [state for state in map(store.get_state, pending) if not state.is_finished]
-            pending = [s.execution_id for s in states]
+            finished = store.get_finished_results(pending)  # one query for all of them
+            pending = [execution_id for execution_id in pending if execution_id not in finished]
             if not pending:
                 break
             elapsed = time.monotonic() - started
@@ -189,7 +190,9 @@ def wait_with_progress(execution_ids: list[str], timeout: float | None, out=sys.
                     returncode=EXIT_WAIT_TIMED_OUT,
                 ) from None
             what = (
-                status_line(states[0]) if len(pending) == 1 else f"{len(pending)} of {len(execution_ids)} still running"
+                status_line(store.get_state(pending[0]))
+                if len(pending) == 1
+                else f"{len(pending)} of {len(execution_ids)} still running"
             )
             if _is_terminal(out):
                 out.write(f"\r  waiting {elapsed:5.1f}s  {what}\033[K")
