@@ -140,3 +140,45 @@ def test_a_worker_counted_as_lingering_delays_a_claim_task_but_never_strands_wor
             assert tasks, "the claim task never went out"
     finally:
         lingering._count = None
+
+
+@pytest.mark.parametrize("children", [3, 30])
+def test_a_write_of_many_join_nexts_reads_its_join_sets_responses_once_and_takes_them_in_order(children):
+    """A workflow that collects a wide join set appends its join-nexts in one write; each
+    takes the next response (spec 000 §5.2), one beyond the responses blocks, and the
+    responses are read once for the whole write, not once per join-next."""
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from executions.events import ChildExecutionRequest, JoinNext, JoinSetCreate, JoinSetRequest
+    from executions.ids import ExecutionId, JoinSetId
+    from executions.state_machine import State
+    from tests.helpers import ACTIVITY, DEPLOYMENT, create_workflow, history
+
+    workflow = create_workflow()
+    locked = lock(workflow)
+    js = str(JoinSetId("n", "wide"))
+    ids = [str(ExecutionId.parse(workflow).child(JoinSetId.parse(js), i)) for i in range(1, children + 1)]
+    requests = [ChildExecutionRequest(child_execution_id=c, target_ffqn=FFQN, params=[]) for c in ids]
+    version = store.append_batch_create_new_execution(
+        workflow,
+        locked.next_version,
+        [history(JoinSetCreate(join_set_id=js))]
+        + [history(JoinSetRequest(join_set_id=js, request=r)) for r in requests],
+        [store.CreateRequest(c, FFQN, [], ACTIVITY, DEPLOYMENT, parent=(workflow, js)) for c in ids],
+        fence=locked.fence,
+    )
+    for child in reversed(ids):  # responses arrive in another order than submitted
+        finish(child, child)
+    due = timezone.now()  # each found response makes the workflow pending from then on
+    join_nexts = [history(JoinNext(join_set_id=js, run_expires_at=due)) for _ in range(children + 1)]
+
+    with CaptureQueriesContext(connection) as writing:
+        store.append_batch(workflow, version, join_nexts[:children], fence=locked.fence)
+    reads = [q["sql"] for q in writing.captured_queries if "FROM t_join_set_response" in q["sql"]]
+    assert len(reads) == 1, reads
+    assert store.get_state(workflow).state == State.PENDING_AT  # every join-next found its response
+
+    locked = lock(workflow)
+    store.append_batch(workflow, locked.next_version, join_nexts[children:], fence=locked.fence)
+    assert store.get_state(workflow).state == State.BLOCKED_BY_JOIN_SET  # none left to take

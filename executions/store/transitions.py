@@ -7,9 +7,8 @@ transition table of ``executions.state_machine``, the version) and computes the 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
@@ -226,17 +225,17 @@ def _apply(
     now: datetime,
     fence: Fence | None,
     notes: notify.Notes,
-    unwritten_consumed: Mapping[str, int] | None = None,
+    unconsumed: _Unconsumed | None = None,
 ) -> _Applied:
     """Validate ``event`` against ``row`` and compute the write, changing ``row`` in memory.
 
     Everything that can reject the event runs before ``row`` or ``notes`` change. Only
-    reads the database (join-next counting; ``unwritten_consumed``: per join set, the
-    consuming events of the same batch not inserted yet). The caller inserts
+    reads the database (join-next counting; ``unconsumed``: the row's untaken responses,
+    shared by the events of one write, which take them in turn). The caller inserts
     ``event_row``, saves ``fields`` of ``row`` and runs ``after`` (writes to other
     tables), in that order.
     """
-    unwritten_consumed = unwritten_consumed or {}
+    unconsumed = unconsumed if unconsumed is not None else _Unconsumed(row.execution_id)
     if fence is not None:
         _check_fence(row, fence)
     if version is None:
@@ -268,7 +267,7 @@ def _apply(
     else:  # spec 000 §6.2: the version, then the event's own preconditions
         _check_version(row, version)
         effect = decide(kind, row.state, row.lifecycle)
-    _validate(row, effect, event, unwritten_consumed)
+    _validate(row, effect, event, unconsumed)
 
     fields = {"corresponding_version", "updated_at"}
     after: list = []
@@ -290,7 +289,7 @@ def _apply(
         fields |= _set(row, intermittent_event_count=row.intermittent_event_count + 1)
         _notify_pending(row, notes)
     elif effect is Effect.JOIN_NEXT:
-        fields |= _apply_join_next(row, event.event, notes, unwritten_consumed.get(event.event.join_set_id, 0))
+        fields |= _apply_join_next(row, event.event, notes, unconsumed)
     elif effect is Effect.DELAY:
         after.append(_delay_inserter(row, event.event))
         notes.timers = True
@@ -351,7 +350,7 @@ def _check_version(row: ExecutionState, version: int) -> None:
         raise errors.VersionConflict(expected, version)
 
 
-def _validate(row: ExecutionState, effect: Effect, event: Event, unwritten_consumed: Mapping[str, int]) -> None:
+def _validate(row: ExecutionState, effect: Effect, event: Event, unconsumed: _Unconsumed) -> None:
     """Event-specific checks: ids that must belong to this execution, payload sizes."""
     if effect is Effect.LOCK:
         parse_executor_id(event.executor_id)
@@ -362,7 +361,7 @@ def _validate(row: ExecutionState, effect: Effect, event: Event, unwritten_consu
     elif effect is Effect.JOIN_NEXT:
         JoinSetId.parse(event.event.join_set_id)
     elif effect in (Effect.DELAY, Effect.BUMP):
-        _validate_history_event(row, event.event, unwritten_consumed)
+        _validate_history_event(row, event.event, unconsumed)
         _json_payload("history event", event.event.model_dump(mode="json"))
 
 
@@ -412,28 +411,59 @@ def _bounded_failure(event: Event) -> Event:
     return event
 
 
-_NEXT_RESPONSE_SQL = """
-SELECT id, created_at FROM t_join_set_response
+_UNCONSUMED_RESPONSES_SQL = """
+SELECT created_at FROM t_join_set_response
 WHERE execution_id = %s AND join_set_id = %s
 ORDER BY seq
-LIMIT 1 OFFSET (
-    SELECT COUNT(*) FROM t_execution_log WHERE execution_id = %s AND join_set_id = %s AND consumes_response
-) + %s
+LIMIT {all} OFFSET (SELECT COUNT(*) FROM t_execution_log WHERE execution_id = %s AND join_set_id = %s AND consumes_response)
 """
 
 
-def _next_response_time(execution_id: str, join_set_id: str, unwritten: int = 0) -> datetime | None:
-    """When the response the next consuming join-next of a join set takes arrived (the
-    n-th response for the n-th join-next, spec 000 §5.2); None if it has not. One query;
-    ``unwritten``: consuming events before it that are not inserted yet."""
-    params = [execution_id, join_set_id, execution_id, join_set_id, unwritten]
-    found = list(JoinSetResponse.objects.raw(_NEXT_RESPONSE_SQL, params))
-    return found[0].created_at if found else None
+class _Unconsumed:
+    """The responses of one row's join sets that no join-next has taken yet, as a write
+    under that row's lock sees them: read once per join set (one query), then counted
+    down as the write's own consuming events take them. Responses are inserted only
+    under the parent's row lock (decision 11), so none arrive while it is held: a batch
+    of 100 join-nexts costs one query, not 100."""
+
+    def __init__(self, execution_id: str):
+        self.execution_id = execution_id
+        self._times: dict[str, list[datetime]] = {}
+        self._taken: Counter[str] = Counter()
+
+    def next_time(self, join_set_id: str) -> datetime | None:
+        """When the response the next consuming join-next of ``join_set_id`` takes arrived
+        (the n-th response for the n-th join-next, spec 000 §5.2); None if it has not."""
+        times = self._times.get(join_set_id)
+        if times is None:
+            times = self._times[join_set_id] = self._read(join_set_id)
+        taken = self._taken[join_set_id]
+        return times[taken] if taken < len(times) else None
+
+    def take(self, join_set_id: str) -> None:
+        self._taken[join_set_id] += 1
+
+    def _read(self, join_set_id: str) -> list[datetime]:
+        params = [self.execution_id, join_set_id, self.execution_id, join_set_id]
+        with connection.cursor() as cursor:
+            every = "ALL" if connection.vendor == "postgresql" else "-1"  # SQLite: no OFFSET without LIMIT
+            cursor.execute(_UNCONSUMED_RESPONSES_SQL.format(all=every), params)
+            rows = cursor.fetchall()
+        return [_as_datetime(value) for (value,) in rows]
 
 
-def _apply_join_next(row: ExecutionState, join_next: JoinNext, notes: notify.Notes, unwritten: int) -> set[str]:
+def _as_datetime(value) -> datetime:
+    """A timestamp read with a raw cursor: a datetime (psycopg) or ISO text (SQLite)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _apply_join_next(
+    row: ExecutionState, join_next: JoinNext, notes: notify.Notes, unconsumed: _Unconsumed
+) -> set[str]:
     """The n-th consuming join-next of a join set waits for its n-th response (spec 000 §5.2)."""
-    response_at = _next_response_time(row.execution_id, join_next.join_set_id, unwritten)
+    response_at = unconsumed.next_time(join_next.join_set_id)
     if response_at is not None:
         fields = _to_pending(row, max(join_next.run_expires_at, response_at))
         _notify_pending(row, notes)
@@ -463,7 +493,7 @@ def _delay_inserter(row: ExecutionState, request: JoinSetRequest):
     return insert
 
 
-def _validate_history_event(row: ExecutionState, event, unwritten_consumed: Mapping[str, int]) -> None:
+def _validate_history_event(row: ExecutionState, event, unconsumed: _Unconsumed) -> None:
     if isinstance(event, JoinSetCreate):
         JoinSetId.parse(event.join_set_id)
     elif isinstance(event, JoinSetRequest) and isinstance(event.request, DelayRequest):
@@ -484,10 +514,7 @@ def _validate_history_event(row: ExecutionState, event, unwritten_consumed: Mapp
         FunctionFqn.parse(event.request.target_ffqn)
         _json_payload("params", event.request.params)
     elif isinstance(event, JoinNextTry) and event.outcome == "found":
-        if (
-            _next_response_time(row.execution_id, event.join_set_id, unwritten_consumed.get(event.join_set_id, 0))
-            is None
-        ):
+        if unconsumed.next_time(event.join_set_id) is None:
             raise errors.ValidationFailed(
                 f"join_next_try on `{event.join_set_id}` found a response, but none is left to take"
             )
@@ -563,11 +590,11 @@ def _append_events_in_tx(
     pending: list[ExecutionEvent] = []
     fields: set[str] = set()
     after: list = []
-    unwritten_consumed: Counter[str] = Counter()
+    unconsumed = _Unconsumed(row.execution_id)
     for event in events:
-        applied = _apply(row, version, event, now, fence, notes, unwritten_consumed)
+        applied = _apply(row, version, event, now, fence, notes, unconsumed)
         if applied.event_row.consumes_response:
-            unwritten_consumed[applied.event_row.join_set_id] += 1
+            unconsumed.take(applied.event_row.join_set_id)
         pending.append(applied.event_row)
         fields |= applied.fields
         after.extend(applied.after)
