@@ -138,12 +138,20 @@ class _Hub:
     """Fans notifications out to the ``Listener``s of this process.
 
     Commits made in this process arrive through ``deliver()`` (``transaction.on_commit``).
-    On PostgreSQL one thread per process holds a connection that ``LISTEN``s on every
-    channel and delivers what other processes commit; it is started by the first listener
-    (which waits until ``LISTEN`` is in place, so nothing committed after it returns is
-    missed) and restarted after a fork or a lost connection. The server also echoes this
-    process's own notifications; those are dropped (they were delivered at commit), so a
-    commit wakes each waiter once, not twice (``own_session``).
+    On PostgreSQL one thread per process holds a connection that ``LISTEN``s on the
+    channels this process's listeners asked for, and delivers what other processes commit;
+    it is started by the first listener (which waits until ``LISTEN`` is in place, so
+    nothing committed after it returns is missed) and restarted after a fork or a lost
+    connection. The server also echoes this process's own notifications; those are dropped
+    (they were delivered at commit), so a commit wakes each waiter once, not twice
+    (``own_session``).
+
+    Only the channels asked for: every notification wakes every session that listens on
+    its channel, and its process, so a client waiting for results does not wake for each
+    new pending execution, nor a worker for each finished one (D56). A listener that asks
+    for a channel not listened on yet starts a new connection that listens on all of them
+    and waits until it does; the old one ends within a second (a notification in between
+    may come twice, which costs nothing: waiters re-read the tables).
     """
 
     def __init__(self):
@@ -153,7 +161,8 @@ class _Hub:
         self._ready = threading.Event()
         self._params: dict | None = None
         self._thread: threading.Thread | None = None
-        self._conn = None
+        self._channels: frozenset[str] = frozenset()  # what the current connection listens on
+        self._generation = 0  # of the listening connection: an older one ends itself
         self._stopping = False
         self._own: dict[int, weakref.ref] = {}
 
@@ -161,7 +170,7 @@ class _Hub:
         with self._lock:
             self._listeners.add(listener)
         if is_postgres(using):
-            self._ensure_thread(using)
+            self._ensure_thread(using, listener.channels)
 
     def own_session(self, dbapi_connection) -> None:
         """Remember a session of this process that sends notifications: the server's echo
@@ -185,42 +194,58 @@ class _Hub:
         for listener in listeners:
             listener._deliver(messages)
 
-    def _ensure_thread(self, using: str) -> None:
+    def _ensure_thread(self, using: str, channels: frozenset[str]) -> None:
         with self._lock:
             if self._pid != os.getpid():  # first use, or we are a forked child
                 self._pid = os.getpid()
                 self._own = {}
-                self._ready = threading.Event()
+                self._channels = frozenset()
                 self._params = _connection_params(using)
-                self._thread = threading.Thread(target=self._run, name="obelisk-listen", daemon=True)
+            if not channels <= self._channels or self._thread is None:
+                self._channels |= channels
+                self._generation += 1
+                self._ready = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._run,
+                    args=(self._generation, self._channels, self._ready),
+                    name="obelisk-listen",
+                    daemon=True,
+                )
                 self._thread.start()
-        self._ready.wait(10)
+            ready = self._ready
+        ready.wait(10)
 
-    def _run(self) -> None:
+    def _delivers(self, generation: int) -> bool:
+        """A replaced session delivers until its successor listens (fewer duplicates)."""
+        return generation == self._generation or not self._ready.is_set()
+
+    def _current(self, pid: int, generation: int) -> bool:
+        return pid == os.getpid() and generation == self._generation and not self._stopping
+
+    def _run(self, generation: int, channels: frozenset[str], ready: threading.Event) -> None:
         import psycopg
 
         from executions.outage import Outage
 
-        pid, ready = self._pid, self._ready
+        pid = self._pid
         outage = Outage(logger, "LISTEN connection")
-        while pid == os.getpid():
+        while self._current(pid, generation):
             try:
                 conn = psycopg.connect(autocommit=True, connect_timeout=5, **self._params)
-                for channel in CHANNELS:
+                for channel in sorted(channels):
                     conn.execute(f"LISTEN {channel}")
                 ready.set()
                 if outage.ongoing:  # whatever was committed meanwhile: waiters must look again
-                    self.deliver([(channel, "") for channel in CHANNELS])
+                    self.deliver([(channel, "") for channel in channels])
                 outage.recovered()
-                self._conn = conn
-                while pid == os.getpid() and not self._stopping:
+                while self._current(pid, generation):
                     for note in conn.notifies(timeout=1.0):
-                        if not self._is_own(note.pid):
+                        if not self._is_own(note.pid) and self._delivers(generation):
                             self.deliver([(note.channel, note.payload)])
                 conn.close()
                 return
             except Exception as error:  # connection lost: listeners fall back to timed re-checks
-                if self._stopping:
+                if not self._current(pid, generation):
                     return
                 ready.set()
                 time.sleep(outage.failed(error))
@@ -231,12 +256,19 @@ class _Hub:
             thread, self._thread = self._thread, None
             self._stopping = True
             self._pid = None
+            self._channels = frozenset()
+            self._generation += 1
         if thread is not None:
             thread.join(5)
         self._stopping = False
 
 
 _HUB = _Hub()
+
+
+def listening_channels() -> frozenset[str]:
+    """The channels this process's LISTEN session covers (empty before the first listener)."""
+    return _HUB._channels if _HUB._pid == os.getpid() else frozenset()
 
 
 def stop_listening() -> None:

@@ -81,6 +81,33 @@ def test_a_commit_wakes_a_listener_of_its_own_process_once():
     assert [note.items for note in notes] == [("other:pkg/ifc.fn",)]
 
 
+def _notify_from_another_session(channel: str, payload: str) -> None:
+    import psycopg
+
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    with psycopg.connect(autocommit=True, **{k: params[k] for k in keys if params.get(k)}) as other:
+        other.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+@pytest.mark.postgres_only
+def test_a_process_listens_only_on_the_channels_asked_for_and_a_new_channel_misses_nothing():
+    """D56: a process's LISTEN session covers the channels its listeners asked for, so a
+    client waiting for results is not woken by every new pending execution. A listener
+    for a channel not covered yet returns only once it is, and hears a commit made by
+    another process right after it subscribed."""
+    notify.stop_listening()  # a fresh session for this process
+    with notify.Listener([notify.FINISHED]) as results:
+        assert notify.listening_channels() == {notify.FINISHED}
+        with notify.Listener([notify.PENDING]) as pending:
+            assert notify.listening_channels() == {notify.FINISHED, notify.PENDING}
+            _notify_from_another_session(notify.PENDING, "other:pkg/ifc.fn")
+            assert {note.items for note in pending.wait(5.0)} == {("other:pkg/ifc.fn",)}
+        # (while the session is replaced, a notification may come twice: harmless, D56)
+        _notify_from_another_session(notify.FINISHED, "E_01KBZZZZZZZZZZZZZZZZZZZZZZ")
+        assert {note.items for note in results.wait(5.0)} == {("E_01KBZZZZZZZZZZZZZZZZZZZZZZ",)}
+
+
 @pytest.mark.parametrize("size", [10, 5000], ids=["short_result", "long_result"])
 def test_a_waiting_client_gets_the_exact_result_whether_it_rides_the_notification_or_not(size):
     """D48: a short return value comes with the ``obelisk_finished`` notification, a long
@@ -140,6 +167,40 @@ def test_a_worker_counted_as_lingering_delays_a_claim_task_but_never_strands_wor
             assert tasks, "the claim task never went out"
     finally:
         lingering._count = None
+
+
+def test_lingering_workers_woken_together_claim_once_and_still_take_what_comes_after():
+    """D57: two workers of a cluster woken by the same notification: the first claims the
+    execution, the second sees that a claim started after its wake-up took everything then
+    due and makes no claim (no transaction). An execution created after that is claimed by
+    the next worker woken for it; a full claim never counts as having taken everything."""
+    from django.test.utils import CaptureQueriesContext
+
+    from workers import lingering
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    lingering.prepare_cluster()
+    try:
+        first, second = (ActivityExecutor(load_components(), current_deployment_id()) for _ in range(2))
+        one = create(SERVED)
+        woken_at = time.monotonic()  # both were told of it
+        assert [e.execution_id for e in first._claim_activities(8, woken_at)] == [one]
+        with CaptureQueriesContext(connection) as skipped:
+            assert second._claim_activities(8, woken_at) == []
+        assert skipped.captured_queries == []
+
+        two = create(SERVED)
+        assert [e.execution_id for e in second._claim_activities(8, time.monotonic())] == [two]
+
+        three, four = create(SERVED), create(SERVED)
+        woken_at = time.monotonic()
+        assert len(first._claim_activities(1, woken_at)) == 1  # full: the other may be left
+        assert len(second._claim_activities(8, woken_at)) == 1
+        assert [store.get_state(e).state for e in (three, four)] == ["locked", "locked"]
+    finally:
+        lingering._count = lingering._claim_started = lingering._covered_since = None
 
 
 @pytest.mark.parametrize("children", [3, 30])

@@ -42,10 +42,12 @@ RESULT_WRITE_PATIENCE = 60.0
 
 @dataclass(frozen=True)
 class _Due:
-    """Which kinds of claim are worth a transaction."""
+    """Which kinds of claim are worth a transaction; ``woken_at``: when a notification
+    told of them (a claim another worker starts after it may cover it, D57)."""
 
     activities: bool
     workflows: bool
+    woken_at: float | None = None
 
 
 @dataclass
@@ -118,7 +120,7 @@ class ActivityExecutor:
             while time.monotonic() < deadline and not shutdown.stopping():
                 limit = self.batch_size
                 started = self._start_workflows() if due.workflows else 0
-                batch = self._claim_activities(limit) if due.activities else []
+                batch = self._claim_activities(limit, due.woken_at) if due.activities else []
                 # A full claim may have left more behind; otherwise what comes due next is
                 # announced to the listener, which was subscribed before the claim.
                 due = _Due(activities=len(batch) >= limit, workflows=started > 0)
@@ -154,8 +156,13 @@ class ActivityExecutor:
             telemetry.claimed(time.monotonic() - started, len(claimed), workflows=terms is self.workflow_terms)
         return claimed
 
-    def _claim_activities(self, limit: int) -> list[store.LockedExecution]:
-        batch = self._claim(self.terms, limit)
+    def _claim_activities(self, limit: int, woken_at: float | None = None) -> list[store.LockedExecution]:
+        """Claim activities, unless a claim another worker of the cluster started after
+        this one was woken already took what the notification announced (D57)."""
+        if woken_at is not None and lingering.covered(woken_at):
+            return []
+        with lingering.claiming(limit) as batch:
+            batch.extend(self._claim(self.terms, limit))
         self._outage.recovered()
         return batch
 
@@ -186,7 +193,11 @@ class ActivityExecutor:
                 return _Due(activities=False, workflows=True)
             notes = self._listener.wait(min(timeout, 0.05) if self._workflows_waiting else timeout)
             named = {ffqn for note in notes if note.channel == notify.PENDING for ffqn in note.items}
-            due = _Due(activities=bool(named & self.terms.keys()), workflows=bool(named & self.workflow_terms.keys()))
+            due = _Due(
+                activities=bool(named & self.terms.keys()),
+                workflows=bool(named & self.workflow_terms.keys()),
+                woken_at=time.monotonic(),
+            )
             if not notify.is_postgres():
                 return _Due(activities=True, workflows=True)
             if due.activities or due.workflows:
