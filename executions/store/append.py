@@ -29,10 +29,12 @@ from executions.store.common import (
 )
 from executions.store.datatypes import AppendItem, AttemptFailed, BlockingStack, CreateRequest, Fence
 from executions.store.transitions import (
+    ResponseBatch,
     _append_events_in_tx,
     _Applied,
     _apply,
     _create_in_tx,
+    _create_unpaused_in_tx,
     _created_event,
 )
 
@@ -98,8 +100,12 @@ def append_batch_create_new_execution(
         first_version = row.corresponding_version + 1
         notes, statements = notify.Notes(), Statements()
         version = _append_events_in_tx(row, version, events, now, fence, notes, statements)
+        _create_unpaused_in_tx(
+            [(child_id, created) for child_id, created, paused in prepared if not paused], now, notes, statements
+        )
         for child_id, created, paused in prepared:
-            _create_in_tx(child_id, created, paused, now, notes, statements, parent_locked=True)
+            if paused:
+                _create_in_tx(child_id, created, paused, now, notes, statements, parent_locked=True)
         if stack is not None and row.state == State.BLOCKED_BY_JOIN_SET:
             _add_backtrace(statements, execution_id, stack, first_version, version)
         notes.publish(statements)
@@ -143,9 +149,11 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
         responding = [row for row, done in applied if done.after]
         if responding:  # children: their responses go to their parents in the same batch
             parents = _rows_for_update(_parent_ids(responding))
+            responses = ResponseBatch()
             for _, done in applied:
                 for action in done.after:
-                    action(parents=parents, statements=statements)
+                    action(parents=parents, statements=statements, responses=responses)
+            responses.add_to(statements, now)
         notes.publish(statements)
         statements.run()
     return results

@@ -20,15 +20,13 @@ from executions.models import (
     ExecutionState,
 )
 from executions.sql import Statements
-from executions.store.common import EVENT_FIELDS, STATE_FIELDS, _now
+from executions.store.common import _now
 from executions.store.datatypes import CreateOutcome, CreateRequest
 from executions.store.reads import get_created
 from executions.store.transitions import (
     _create_in_tx,
+    _create_unpaused_in_tx,
     _created_event,
-    _created_row,
-    _notify_pending,
-    _state_row,
 )
 
 
@@ -100,7 +98,7 @@ def create_many(requests: list[CreateRequest], *, now: datetime | None = None) -
 def _create_many_in_tx(prepared: list, now: datetime) -> list[CreateOutcome]:
     existing = _existing_versions([str(execution_id) for execution_id, _, _ in prepared])
     notes, statements = notify.Notes(), Statements()
-    outcomes, plain_rows, plain_created = [], [], []
+    outcomes, plain = [], []
     for execution_id, created, paused in prepared:
         if str(execution_id) in existing:
             stored, next_version = existing[str(execution_id)]
@@ -109,13 +107,9 @@ def _create_many_in_tx(prepared: list, now: datetime) -> list[CreateOutcome]:
         elif paused or created.parent:  # a Paused event, or a parent to check: one by one
             outcomes.append(CreateOutcome(_create_in_tx(execution_id, created, paused, now, notes, statements), False))
         else:
-            row = _state_row(execution_id, created, now)
-            plain_rows.append(row)
-            plain_created.append(_created_row(created, row))
-            _notify_pending(row, notes)
+            plain.append((execution_id, created))
             outcomes.append(CreateOutcome(1, already_existed=False))
-    statements.insert(ExecutionState, plain_rows, STATE_FIELDS)
-    statements.insert(ExecutionEvent, plain_created, EVENT_FIELDS)
+    _create_unpaused_in_tx(plain, now, notes, statements)
     notes.publish(statements)
     statements.run()
     return outcomes

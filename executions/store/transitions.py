@@ -6,6 +6,7 @@ transition table of ``executions.state_machine``, the version) and computes the 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -175,6 +176,20 @@ def _create_in_tx(
     return 1
 
 
+def _create_unpaused_in_tx(items: list[tuple[ExecutionId, Created]], now: datetime, notes, statements) -> None:
+    """Insert the state rows and ``Created`` events of unpaused executions, one ``INSERT``
+    per table for all of them: a workflow's wide join set costs two statements, not two
+    per child. The caller checked that each parent exists."""
+    rows, created_rows = [], []
+    for execution_id, created in items:
+        row = _state_row(execution_id, created, now)
+        rows.append(row)
+        created_rows.append(_created_row(created, row))
+        _notify_pending(row, notes)
+    statements.insert(ExecutionState, rows, STATE_FIELDS)
+    statements.insert(ExecutionEvent, created_rows, EVENT_FIELDS)
+
+
 @dataclass
 class _Applied:
     event_row: ExecutionEvent
@@ -235,7 +250,6 @@ def _apply(
     ``event_row``, saves ``fields`` of ``row`` and runs ``after`` (writes to other
     tables), in that order.
     """
-    unconsumed = unconsumed if unconsumed is not None else _Unconsumed(row.execution_id)
     if fence is not None:
         _check_fence(row, fence)
     if version is None:
@@ -289,7 +303,7 @@ def _apply(
         fields |= _set(row, intermittent_event_count=row.intermittent_event_count + 1)
         _notify_pending(row, notes)
     elif effect is Effect.JOIN_NEXT:
-        fields |= _apply_join_next(row, event.event, notes, unconsumed)
+        fields |= _apply_join_next(row, event.event, notes, unconsumed or _Unconsumed(row.execution_id))
     elif effect is Effect.DELAY:
         after.append(_delay_inserter(row, event.event))
         notes.timers = True
@@ -350,7 +364,7 @@ def _check_version(row: ExecutionState, version: int) -> None:
         raise errors.VersionConflict(expected, version)
 
 
-def _validate(row: ExecutionState, effect: Effect, event: Event, unconsumed: _Unconsumed) -> None:
+def _validate(row: ExecutionState, effect: Effect, event: Event, unconsumed: _Unconsumed | None) -> None:
     """Event-specific checks: ids that must belong to this execution, payload sizes."""
     if effect is Effect.LOCK:
         parse_executor_id(event.executor_id)
@@ -493,7 +507,7 @@ def _delay_inserter(row: ExecutionState, request: JoinSetRequest):
     return insert
 
 
-def _validate_history_event(row: ExecutionState, event, unconsumed: _Unconsumed) -> None:
+def _validate_history_event(row: ExecutionState, event, unconsumed: _Unconsumed | None) -> None:
     if isinstance(event, JoinSetCreate):
         JoinSetId.parse(event.join_set_id)
     elif isinstance(event, JoinSetRequest) and isinstance(event.request, DelayRequest):
@@ -514,7 +528,7 @@ def _validate_history_event(row: ExecutionState, event, unconsumed: _Unconsumed)
         FunctionFqn.parse(event.request.target_ffqn)
         _json_payload("params", event.request.params)
     elif isinstance(event, JoinNextTry) and event.outcome == "found":
-        if unconsumed.next_time(event.join_set_id) is None:
+        if (unconsumed or _Unconsumed(row.execution_id)).next_time(event.join_set_id) is None:
             raise errors.ValidationFailed(
                 f"join_next_try on `{event.join_set_id}` found a response, but none is left to take"
             )
@@ -628,12 +642,13 @@ def _deliver_response(
     delay_success: bool | None = None,
     parents: dict[str, ExecutionState] | None = None,
     statements: Statements | None = None,
+    responses: ResponseBatch | None = None,
 ) -> int | None:
     """Insert a response with the parent's next ``seq`` and unblock the parent if it waits
     for this join set (spec 000 §6.4). The parent's row is locked first (decision 11); the
     writes then go in one round trip, which returns the ``seq``. A group commit passes the
-    parents it locked already and its own ``statements``, which carry the writes (each
-    statement sees the ones before it: two responses to one parent get consecutive seqs)."""
+    parents it locked already, its own ``statements``, which carry the writes, and a
+    ``ResponseBatch``, which inserts all its responses with one statement."""
     parent = (parents or {}).get(parent_id) or _row_for_update(parent_id)
     batch = statements if statements is not None else Statements()
     if (
@@ -646,10 +661,62 @@ def _deliver_response(
         _notify_pending(parent, notes)
     if delay_id is not None:
         batch.add("DELETE FROM t_delay WHERE delay_id = %s", [delay_id])
-    created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
-    batch.add(
-        _INSERT_RESPONSE_SQL,
-        [created_at, parent_id, join_set_id, delay_id, delay_success, child_id, finished_version, parent_id],
-    )
     notes.responses.append(parent_id)
+    row = (parent_id, join_set_id, delay_id, delay_success, child_id, finished_version)
+    if responses is not None:
+        responses.rows.append(row)
+        return None
+    created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
+    batch.add(_INSERT_RESPONSE_SQL, [created_at, *row, parent_id])
     return batch.run()[0][0] if statements is None else None
+
+
+_INSERT_RESPONSES_SQL = """
+INSERT INTO t_join_set_response
+    (created_at, execution_id, join_set_id, delay_id, delay_success, child_execution_id, finished_version, seq)
+SELECT %s::timestamptz, r.execution_id, r.join_set_id, r.delay_id, r.delay_success, r.child_execution_id,
+    r.finished_version,
+    (SELECT COALESCE(MAX(seq), 0) FROM t_join_set_response t WHERE t.execution_id = r.execution_id) + r.n
+FROM json_to_recordset(%s) AS r(
+    execution_id text, join_set_id text, delay_id text, delay_success boolean, child_execution_id text,
+    finished_version bigint, n integer
+)
+"""
+
+
+@dataclass
+class ResponseBatch:
+    """The responses of one group commit, inserted together once all are known.
+
+    On PostgreSQL one statement: each parent's responses take the seqs after its highest,
+    in the order they were added (the subquery sees the table as it was before the
+    statement, and ``n`` numbers a parent's rows). SQLite runs in-process, so there each
+    is its own statement, as for a single response. The parents' rows are locked, so no
+    other response can take a seq in between (decision 11)."""
+
+    rows: list[tuple] = field(default_factory=list)
+
+    def add_to(self, statements: Statements, now: datetime) -> None:
+        if not self.rows:
+            return
+        created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
+        if connection.vendor != "postgresql":
+            for row in self.rows:
+                statements.add(_INSERT_RESPONSE_SQL, [created_at, *row, row[0]])
+            return
+        counts: Counter[str] = Counter()
+        records = []
+        for parent_id, join_set_id, delay_id, delay_success, child_id, finished_version in self.rows:
+            counts[parent_id] += 1
+            records.append(
+                {
+                    "execution_id": parent_id,
+                    "join_set_id": join_set_id,
+                    "delay_id": delay_id,
+                    "delay_success": delay_success,
+                    "child_execution_id": child_id,
+                    "finished_version": finished_version,
+                    "n": counts[parent_id],
+                }
+            )
+        statements.add(_INSERT_RESPONSES_SQL, [created_at, json.dumps(records, separators=(",", ":"))])
