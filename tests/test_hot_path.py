@@ -243,3 +243,55 @@ def test_a_write_of_many_join_nexts_reads_its_join_sets_responses_once_and_takes
     locked = lock(workflow)
     store.append_batch(workflow, locked.next_version, join_nexts[children:], fence=locked.fence)
     assert store.get_state(workflow).state == State.BLOCKED_BY_JOIN_SET  # none left to take
+
+
+def _wide_join_set(children: int) -> tuple[str, list[str], list[str]]:
+    """A locked workflow that started ``children`` activities in one join set, in one
+    write; returns the workflow, the children and the SQL that write sent."""
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.events import ChildExecutionRequest, JoinSetCreate, JoinSetRequest
+    from executions.ids import ExecutionId, JoinSetId
+    from tests.helpers import ACTIVITY, DEPLOYMENT, create_workflow, history
+
+    workflow = create_workflow()
+    locked = lock(workflow)
+    js = str(JoinSetId("n", "wide"))
+    ids = [str(ExecutionId.parse(workflow).child(JoinSetId.parse(js), i)) for i in range(1, children + 1)]
+    events = [history(JoinSetCreate(join_set_id=js))] + [
+        history(
+            JoinSetRequest(
+                join_set_id=js, request=ChildExecutionRequest(child_execution_id=c, target_ffqn=FFQN, params=[])
+            )
+        )
+        for c in ids
+    ]
+    creates = [store.CreateRequest(c, FFQN, [], ACTIVITY, DEPLOYMENT, parent=(workflow, js)) for c in ids]
+    with CaptureQueriesContext(connection) as writing:
+        store.append_batch_create_new_execution(workflow, locked.next_version, events, creates, fence=locked.fence)
+    return workflow, ids, [q["sql"] for q in writing.captured_queries]
+
+
+@pytest.mark.postgres_only
+def test_a_wide_join_set_is_created_and_answered_with_a_statement_per_table_not_per_child():
+    """A workflow's write that starts 40 children inserts their rows with one statement per
+    table; a group commit that finishes them inserts their 40 responses with one statement,
+    each parent's responses taking consecutive seqs in the order of the batch."""
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.models import JoinSetResponse
+
+    workflow, ids, sent = _wide_join_set(40)
+    assert sum(sql.count('INSERT INTO "t_state"') for sql in sent) == 1
+    assert sum(sql.count('INSERT INTO "t_execution_log"') for sql in sent) == 2  # its events; the children's
+    assert ExecutionState.objects.filter(pk__in=ids, state="pending_at").count() == 40
+
+    finishing = list(reversed(ids))
+    items = [store.AppendItem(c, None, Finished(retval=Ok(c)), lock(c).fence) for c in finishing]
+    with CaptureQueriesContext(connection) as answering:
+        assert all(isinstance(r, int) for r in store.append_many(items))
+    assert sum(q["sql"].count("INSERT INTO t_join_set_response") for q in answering.captured_queries) == 1
+    stored = list(
+        JoinSetResponse.objects.filter(execution_id=workflow).order_by("seq").values_list("seq", "child_execution_id")
+    )
+    assert stored == list(enumerate(finishing, start=1))
