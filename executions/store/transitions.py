@@ -179,7 +179,7 @@ def _create_in_tx(
 def _create_unpaused_in_tx(items: list[tuple[ExecutionId, Created]], now: datetime, notes, statements) -> None:
     """Insert the state rows and ``Created`` events of unpaused executions, one ``INSERT``
     per table for all of them: a workflow's wide join set costs two statements, not two
-    per child. The caller checked that each parent exists."""
+    per child (D55). The caller checked that each parent exists."""
     rows, created_rows = [], []
     for execution_id, created in items:
         row = _state_row(execution_id, created, now)
@@ -438,7 +438,7 @@ class _Unconsumed:
     under that row's lock sees them: read once per join set (one query), then counted
     down as the write's own consuming events take them. Responses are inserted only
     under the parent's row lock (decision 11), so none arrive while it is held: a batch
-    of 100 join-nexts costs one query, not 100."""
+    of 100 join-nexts costs one query, not 100 (D55)."""
 
     def __init__(self, execution_id: str):
         self.execution_id = execution_id
@@ -692,7 +692,7 @@ class ResponseBatch:
     in the order they were added (the subquery sees the table as it was before the
     statement, and ``n`` numbers a parent's rows). SQLite runs in-process, so there each
     is its own statement, as for a single response. The parents' rows are locked, so no
-    other response can take a seq in between (decision 11)."""
+    other response can take a seq in between (decision 11, D55)."""
 
     rows: list[tuple] = field(default_factory=list)
 
