@@ -203,6 +203,103 @@ def test_lingering_workers_woken_together_claim_once_and_still_take_what_comes_a
         lingering._count = lingering._claim_started = lingering._covered_since = None
 
 
+def _as_if_another_worker_runs_a_batch_until(until: float) -> None:
+    """The shared values as another worker process sets them when it starts a short batch
+    (``lingering.batch_started``), without counting this process as that worker."""
+    from workers import lingering
+
+    with lingering._busy.get_lock():
+        lingering._busy.value += 1
+    lingering._busy_until.value = until
+
+
+def _forget_cluster() -> None:
+    from workers import lingering
+
+    lingering._count = lingering._claim_started = lingering._covered_since = None
+    lingering._busy = lingering._busy_until = None
+    lingering._busy_here = False
+
+
+def test_a_worker_woken_while_another_finishes_a_short_batch_leaves_the_new_work_to_it():
+    """D58: a worker woken for new work while another worker of the cluster finishes a
+    short batch makes no claim: the busy worker, told of the same work, claims everything
+    then due right after its batch, in one transaction."""
+    from django.test.utils import CaptureQueriesContext
+
+    from workers import lingering
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    lingering.prepare_cluster()
+    try:
+        busy, woken = (ActivityExecutor(load_components(), current_deployment_id()) for _ in range(2))
+        one = create(SERVED)
+        woken_at = time.monotonic()  # both were told of it; one of them is still busy
+        _as_if_another_worker_runs_a_batch_until(time.monotonic() + 30)  # a generous bound
+        claimed_by_busy = []
+
+        def finish_batch_then_claim():
+            try:
+                time.sleep(0.05)  # the rest of its batch
+                # Its claim. (Threads share the cluster's counters, so this one is not seen
+                # as the busy worker it stands for; asked for no wake-up, it claims at once.)
+                claimed_by_busy.extend(e.execution_id for e in busy._claim_activities(8))
+                with lingering._busy.get_lock():
+                    lingering._busy.value -= 1  # ``idle``, as that worker's claim does
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=finish_batch_then_claim)
+        thread.start()
+        with CaptureQueriesContext(connection) as deferred:
+            assert woken._claim_activities(8, woken_at) == []
+        thread.join()
+        assert deferred.captured_queries == []
+        assert claimed_by_busy == [one]
+    finally:
+        _forget_cluster()
+
+
+def test_a_busy_worker_that_does_not_claim_holds_new_work_back_only_until_its_batch_was_due_to_end():
+    """D58: the wait for a busy worker is bounded by its batch's expected end; a worker that
+    died in its batch, or runs long, strands nothing: the woken worker then claims."""
+    from workers import lingering
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    lingering.prepare_cluster()
+    try:
+        woken = ActivityExecutor(load_components(), current_deployment_id())
+        one = create(SERVED)
+        woken_at = time.monotonic()
+        _as_if_another_worker_runs_a_batch_until(time.monotonic() + 0.05)  # and never claims
+        assert [e.execution_id for e in woken._claim_activities(8, woken_at)] == [one]
+    finally:
+        _forget_cluster()
+
+
+def test_only_a_batch_expected_to_be_short_holds_new_work_back():
+    """D58: a worker whose previous batch took longer than ``BUSY_DEFER`` (or that has none
+    yet) sets no time to wait for it; one whose batches are short does."""
+    from workers import lingering
+
+    lingering.prepare_cluster()
+    try:
+        lingering.batch_started(float("inf"))  # its first batch: nothing known
+        assert lingering._busy.value == 1 and lingering._busy_until.value == 0.0
+        lingering.batch_started(lingering.BUSY_DEFER * 10)
+        assert lingering._busy.value == 1 and lingering._busy_until.value == 0.0
+        lingering.batch_started(0.002)
+        assert lingering._busy_until.value > time.monotonic()
+        with lingering.claiming(8):  # its next claim starts: it no longer counts as busy
+            assert lingering._busy.value == 0
+    finally:
+        _forget_cluster()
+
+
 @pytest.mark.parametrize("children", [3, 30])
 def test_a_write_of_many_join_nexts_reads_its_join_sets_responses_once_and_takes_them_in_order(children):
     """A workflow that collects a wide join set appends its join-nexts in one write; each

@@ -91,6 +91,7 @@ class ActivityExecutor:
         self._flush_lock = threading.Lock()  # the watchdog flushes during slow runs
         self._listener: notify.Listener | None = None
         self._activity_seconds = 0.0
+        self._batch_seconds = float("inf")  # the last batch's run and write: none yet (D58)
         self._unstarted: list[store.LockedExecution] = []
         self._unstarted_lock = threading.Lock()  # the watchdog hands them back during long runs
         self._outage = Outage(logger, "executor")
@@ -126,8 +127,11 @@ class ActivityExecutor:
                 due = _Due(activities=len(batch) >= limit, workflows=started > 0)
                 if batch:
                     self._activity_seconds = 0.0
+                    lingering.batch_started(self._batch_seconds)  # new work may wait for it (D58)
+                    batch_started = time.monotonic()
                     with heartbeat.running(len(batch)):  # the cluster's load (two updates per batch)
                         self.run_batch(batch)
+                    self._batch_seconds = time.monotonic() - batch_started
                     self._adapt(len(batch), self._activity_seconds)
                     done += len(batch)
                     idle_until = time.monotonic() + linger
@@ -142,6 +146,8 @@ class ActivityExecutor:
                     break
         except DATABASE_ERRORS as error:
             time.sleep(self._outage.failed(error))
+        finally:
+            lingering.idle()
         if shutdown.stopping():  # running workflows stop waiting at once and hand back
             self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
         return done

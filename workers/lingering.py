@@ -15,6 +15,14 @@ not full records that it took everything then due (``covered``): a worker woken 
 a claim started skips its own (D57). A claim that another worker has started but not
 finished is waited for briefly (``COVER_WAIT``), never longer: a worker killed in the
 middle of its claim costs the others that delay once, never an execution.
+
+A worker woken while another is still running a short batch also waits for that one
+(``batch_started``, D58): the busy worker was woken by the same notification and claims
+everything then due in one transaction as soon as its batch is written. Two workers
+splitting a stream of single executions instead claim and commit each one on its own,
+which on a small host made a second worker slow the stream down. Only a batch expected to
+be short is waited for (its worker's previous batch took at most ``BUSY_DEFER``), and only
+until it is expected to end: new work is never held back behind a long run.
 """
 
 from __future__ import annotations
@@ -24,19 +32,27 @@ import multiprocessing
 import time
 
 COVER_WAIT = 0.02  # seconds a woken worker waits for a claim another worker is making
+BUSY_DEFER = 0.02  # a batch expected to take at most this long is waited for (D58)
+BUSY_SLACK = 0.003  # seconds from a batch's expected end to its worker's next claim
+POLL = 0.001  # seconds between looks at the shared values while waiting
 
 _count = None  # a multiprocessing Value shared by the cluster's processes (fork)
 _claim_started = None  # monotonic start of the latest claim of activities (a shared Value)
 _covered_since = None  # start of the latest claim that was not full: all due then was taken
+_busy = None  # workers that ran a batch of activities and have not started their next claim
+_busy_until = None  # monotonic time the latest such batch is expected to be written by
+_busy_here = False  # this process is counted in ``_busy``
 
 
 def prepare_cluster() -> None:
     """Create the shared values in the ``obelisk_worker`` process, before the cluster forks."""
-    global _count, _claim_started, _covered_since
+    global _count, _claim_started, _covered_since, _busy, _busy_until
     context = multiprocessing.get_context("fork")
     _count = context.Value("i", 0)
     _claim_started = context.Value("d", 0.0, lock=False)
     _covered_since = context.Value("d", 0.0, lock=False)
+    _busy = context.Value("i", 0)
+    _busy_until = context.Value("d", 0.0, lock=False)
 
 
 @contextlib.contextmanager
@@ -64,15 +80,48 @@ def covered(woken_at: float) -> bool:
 
     Such a claim's snapshot holds every commit announced before ``woken_at``; not being
     full, it took each due row it saw that no other claimer held. ``CLOCK_MONOTONIC``
-    is one clock for all processes of the host."""
+    is one clock for all processes of the host. It waits while such a claim may still
+    come: one has started (for up to ``COVER_WAIT``), or, when this worker is not busy
+    itself, another is finishing a short batch, after which it claims (until that batch's
+    expected end)."""
     if _covered_since is None:
         return False
-    deadline = time.monotonic() + COVER_WAIT
     while _covered_since.value < woken_at:
-        if _claim_started.value < woken_at or time.monotonic() >= deadline:
-            return False  # nobody claimed since; or the claimer is slow, or died
-        time.sleep(0.0005)
+        now = time.monotonic()
+        claiming = _claim_started.value >= woken_at and now < woken_at + COVER_WAIT
+        # Only a worker not busy itself defers: two busy ones would wait for each other.
+        others_busy = _busy is not None and not _busy_here and _busy.value > 0
+        finishing = others_busy and now < _busy_until.value
+        if not (claiming or finishing):
+            return False  # nobody will claim it soon: none started, or slow, died, or busy long
+        time.sleep(POLL)
     return True
+
+
+def batch_started(expected_seconds: float) -> None:
+    """This worker runs a claimed batch of activities, expected to take ``expected_seconds``
+    (its previous batch's time) until written: it counts as busy until its next claim has
+    started (``claiming``), or it stops claiming (``idle``). Counting it until then, not
+    only while the batch runs, leaves no moment in which a woken worker sees neither the
+    batch nor the claim after it."""
+    global _busy_here
+    if _busy is None:
+        return
+    if not _busy_here:
+        with _busy.get_lock():
+            _busy.value += 1
+        _busy_here = True
+    short = expected_seconds <= BUSY_DEFER
+    _busy_until.value = time.monotonic() + 1.5 * expected_seconds + BUSY_SLACK if short else 0.0
+
+
+def idle() -> None:
+    """This worker no longer counts as busy (its claim started, or its claim task ends)."""
+    global _busy_here
+    if _busy is not None and _busy_here:
+        with _busy.get_lock():
+            _busy.value -= 1
+        _busy_here = False
 
 
 @contextlib.contextmanager
@@ -83,6 +132,7 @@ def claiming(limit: int):
     started = time.monotonic()
     if _claim_started is not None:
         _claim_started.value = max(_claim_started.value, started)
+    idle()  # after the claim's start is visible: a woken worker sees one or the other
     claimed: list = []
     yield claimed
     if _covered_since is not None and len(claimed) < limit:
