@@ -666,9 +666,14 @@ def _deliver_response(
     if responses is not None:
         responses.rows.append(row)
         return None
-    created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
+    created_at = _response_created_at(now)
     batch.add(_INSERT_RESPONSE_SQL, [created_at, *row, parent_id])
     return batch.run()[0][0] if statements is None else None
+
+
+def _response_created_at(now: datetime):
+    """``t_join_set_response.created_at`` as the raw insert statements take it."""
+    return JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
 
 
 _INSERT_RESPONSES_SQL = """
@@ -699,7 +704,7 @@ class ResponseBatch:
     def add_to(self, statements: Statements, now: datetime) -> None:
         if not self.rows:
             return
-        created_at = JoinSetResponse._meta.get_field("created_at").get_db_prep_save(now, connection)
+        created_at = _response_created_at(now)
         if connection.vendor != "postgresql":
             for row in self.rows:
                 statements.add(_INSERT_RESPONSE_SQL, [created_at, *row, row[0]])
