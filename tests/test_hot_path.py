@@ -392,3 +392,45 @@ def test_a_wide_join_set_is_created_and_answered_with_a_statement_per_table_not_
         JoinSetResponse.objects.filter(execution_id=workflow).order_by("seq").values_list("seq", "child_execution_id")
     )
     assert stored == list(enumerate(finishing, start=1))
+
+
+def test_a_workflow_that_comes_due_while_activities_keep_the_worker_busy_starts_before_they_are_drained(tmp_path):
+    """A worker whose claims of activities keep coming back full still starts a workflow
+    announced meanwhile (after its current batch), instead of once the activity backlog is
+    drained: an Interrupt workflow's next run, made due by a response, would otherwise wait
+    behind every activity queued after it."""
+    from tests import workflows
+    from tests.helpers import WORKFLOW
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    executor = ActivityExecutor(
+        {**load_components(), workflows.draws.ffqn: workflows.draws}, current_deployment_id(), max_batch=1
+    )
+    marker = str(tmp_path / "marker")
+    backlog = [create("test:acts/slow.sleep", [0.1, marker]) for _ in range(6)]
+    workflow_id: list[str] = []
+
+    def submit_a_workflow_once_the_worker_is_busy():
+        try:
+            while not ExecutionState.objects.filter(pk=backlog[0], state="finished").exists():
+                time.sleep(0.01)
+            workflow_id.append(create(workflows.draws.ffqn, component=WORKFLOW))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=submit_a_workflow_once_the_worker_is_busy)
+    thread.start()
+    try:
+        executor.claim_and_run(budget=30, linger=0)
+    finally:
+        thread.join()
+        executor.workflows.join(30)
+
+    def locked_at(execution_id: str):
+        return next(r.created_at for r in store.get(execution_id).events if r.event.VARIANT == "locked")
+
+    assert all(store.get_state(e).state == "finished" for e in backlog)
+    assert locked_at(workflow_id[0]) < locked_at(backlog[-1])
+    assert store.get_state(workflow_id[0]).state == "finished"

@@ -256,13 +256,14 @@ class Strategy:
     batch: int = 0
 
     def __str__(self) -> str:
-        return f"Await{{{self.batch}}}" if self.waits else "Interrupt"
+        return f"{'Await' if self.waits else 'Interrupt'}{{{self.batch}}}"
 
 
-INTERRUPT = Strategy(False)
+INTERRUPT = Strategy(False)  # upstream's Interrupt: every event written at once
+INTERRUPT_100 = Strategy(False, 100)  # the worker's Interrupt: buffered like Await (D60)
 AWAIT_0 = Strategy(True, 0)
 AWAIT_100 = Strategy(True, 100)
-STRATEGIES = [INTERRUPT, AWAIT_0, AWAIT_100]
+STRATEGIES = [INTERRUPT, INTERRUPT_100, AWAIT_0, AWAIT_100]
 
 
 @dataclass
@@ -675,12 +676,14 @@ def test_replay_of_a_close_after_an_interrupt_cancels_again_and_consumes():
     assert run2.writer.appends == []
 
 
-def test_batching_flushes_at_n_and_before_a_blocking_write():
-    """§3.6: with Await{3} three non-blocking events go in one write at their optimistic
-    versions; a blocking call first flushes the buffer, then writes its own event."""
+@pytest.mark.parametrize("waits", [True, False], ids=["Await{3}", "Interrupt{3}"])
+def test_batching_flushes_at_n_and_before_a_blocking_write(waits):
+    """§3.6: with a batch of 3 three non-blocking events go in one write at their optimistic
+    versions; a blocking call first flushes the buffer, then writes its own event. Under
+    Interrupt as under Await (D60); the join-next then interrupts instead of waiting."""
     store = FakeStore()
     execution_id = store.top_level()
-    run = start_run(store, execution_id, Strategy(True, 3), world=True)
+    run = start_run(store, execution_id, Strategy(waits, 3), world=waits)
     join_set = run.history.create_join_set()
     run.history.submit(join_set, FN1, [2])
     run.history.random_u64(0, 10)
@@ -688,7 +691,11 @@ def test_batching_flushes_at_n_and_before_a_blocking_write():
     run.history.submit_delay(join_set, timedelta(seconds=1))
     run.history.now()
     assert len(run.writer.appends) == 1
-    run.history.join_next(join_set)
+    if waits:
+        run.history.join_next(join_set)
+    else:
+        with pytest.raises(WorkflowInterrupt):
+            run.history.join_next(join_set)
     assert [(v, [type(x) for x in e]) for v, e, _ in run.writer.appends[1:]] == [
         (4, [JoinSetRequest, Persist]),
         (6, [JoinNext]),
@@ -1219,14 +1226,14 @@ def record_with_await(program, batch: int = 0, execution_id: str | None = None) 
     return store, execution_id, interpreter
 
 
-def record_with_interrupts(program, execution_id: str) -> tuple[FakeStore, Interpreter]:
+def record_with_interrupts(program, execution_id: str, batch: int = 0) -> tuple[FakeStore, Interpreter]:
     """Interrupt strategy: run until the program completes; after each interrupt deliver the
     responses already produced, or else let the world take one step, and run again."""
     store = FakeStore()
     store.executions[execution_id] = FakeExecution(FN1, [], None, "workflow")
     for _ in range(200):
         known = len(store.responses(execution_id))
-        interpreter = Interpreter(start_run(store, execution_id, INTERRUPT).history)
+        interpreter = Interpreter(start_run(store, execution_id, Strategy(False, batch)).history)
         try:
             interpreter.run(program)
             return store, interpreter
@@ -1270,13 +1277,13 @@ def test_a_recorded_run_replays_without_writes_and_with_identical_results(progra
 @given(program=PROGRAMS, batch=st.sampled_from([0, 1, 3, 100]))
 def test_interrupt_and_await_give_the_same_results(program, batch):
     """Decision 10: a workflow run under Interrupt (re-run after every wait) and under Await
-    (waiting in the same run, buffering writes) sees the same values and records the same
-    history."""
+    (waiting in the same run) sees the same values and records the same history, whether
+    each buffers its writes or not (D60)."""
     store, execution_id, awaited = record_with_await(program, batch)
-    interrupted_store, interrupted = record_with_interrupts(program, execution_id)
-    assert interrupted.results == awaited.results
-
-    assert trace(interrupted_store, execution_id) == trace(store, execution_id)
+    for interrupt_batch in (0, batch):
+        interrupted_store, interrupted = record_with_interrupts(program, execution_id, interrupt_batch)
+        assert interrupted.results == awaited.results
+        assert trace(interrupted_store, execution_id) == trace(store, execution_id)
 
 
 def _recorded_positions(interpreter: Interpreter) -> list[int]:

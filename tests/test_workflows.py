@@ -313,13 +313,14 @@ class Strategy:
     batch: int = 0
 
     def __str__(self) -> str:
-        return f"Await{{{self.batch}}}" if self.waits else "Interrupt"
+        return f"{'Await' if self.waits else 'Interrupt'}{{{self.batch}}}"
 
 
-INTERRUPT = Strategy(False)
+INTERRUPT = Strategy(False)  # upstream's Interrupt: every event written at once
+INTERRUPT_100 = Strategy(False, 100)  # the worker's Interrupt: buffered like Await (D60)
 AWAIT_0 = Strategy(True, 0)
 AWAIT_100 = Strategy(True, 100)
-STRATEGIES = [INTERRUPT, AWAIT_0, AWAIT_100]
+STRATEGIES = [INTERRUPT, INTERRUPT_100, AWAIT_0, AWAIT_100]
 
 
 class RecordingCanceller(StoreCanceller):
@@ -428,7 +429,8 @@ def test_start_async_respond_then_join_next(strategy):
     replays the submission and a *new* await-next resolves from the loaded response. Q6:
     with Await{100} the first run's events were still in its buffer, so the database holds
     nothing of it (no event, no child); the next run writes them afresh and waits in place
-    while the child runs."""
+    while the child runs. Interrupt{100} (D60) writes them with its join-next and interrupts;
+    a third run replays them and gets the child's value."""
     execution_id = new_driven()
     run1 = start_run(execution_id, strategy)
     join_set = run1.history.create_join_set()
@@ -444,7 +446,17 @@ def test_start_async_respond_then_join_next(strategy):
     run2 = start_run(execution_id, strategy)
     assert run2.history.create_join_set() == join_set
     assert str(run2.history.submit(join_set, FN1, [2])) == child
-    if strategy.batch:
+    if strategy.batch and not strategy.waits:
+        with pytest.raises(WorkflowInterrupt):
+            run2.history.await_next(join_set, FN1)
+        assert [type(e) for _, e in history_events(execution_id)] == [JoinSetCreate, JoinSetRequest, JoinNext]
+        assert store.get_state(execution_id).state == "blocked_by_join_set"
+        finish_child(child, Ok(1))
+        run2 = start_run(execution_id, strategy)
+        assert run2.history.create_join_set() == join_set
+        assert str(run2.history.submit(join_set, FN1, [2])) == child
+        assert run2.history.await_next(join_set, FN1) == (ExecutionId.parse(child), Ok(1))
+    elif strategy.batch:
         world = World(execution_id)
         waiting = threading.Thread(target=lambda: (_await_child(world, child), connection.close()), daemon=True)
         waiting.start()
@@ -913,6 +925,39 @@ def test_replay_of_a_close_after_an_interrupt_cancels_again_and_consumes():
     assert history_events(execution_id) == recorded
     assert [type(e) for e in events(str(child))].count(Finished) == 1
     run2.end()
+    assert_versions_contiguous(execution_id)
+
+
+def test_interrupt_writes_a_join_sets_submissions_and_join_nexts_in_one_transaction_each():
+    """D60: under the worker's Interrupt (a buffer of 100) a run that submits three children
+    writes them, with their creation, in one transaction, which its first join-next (a
+    blocking write) flushes before it writes itself; the next run, holding the three responses, replays and writes its two further join-nexts with its
+    result, not one transaction per event as upstream's Interrupt does."""
+    execution_id = new_driven()
+    run1 = start_run(execution_id, INTERRUPT_100)
+    join_set = run1.history.create_join_set()
+    children = [run1.history.submit(join_set, FN1, [i]) for i in range(3)]
+    assert history_events(execution_id) == [] and children_of(execution_id) == []
+    with pytest.raises(WorkflowInterrupt):
+        run1.history.await_next(join_set, FN1)
+    records = [r for r in store.get(execution_id).events if isinstance(r.event, HistoryEventRecord)]
+    assert [type(r.event.event) for r in records] == [JoinSetCreate, *[JoinSetRequest] * 3, JoinNext]
+    assert len({r.created_at for r in records[:4]}) == 1
+    assert sorted(children_of(execution_id)) == sorted(str(c) for c in children)
+    assert store.get_state(execution_id).state == "blocked_by_join_set"
+    for index, child in enumerate(children):
+        finish_child(str(child), Ok(index))
+
+    run2 = start_run(execution_id, INTERRUPT_100)
+    assert run2.history.create_join_set() == join_set
+    assert [run2.history.submit(join_set, FN1, [i]) for i in range(3)] == children
+    assert [run2.history.await_next(join_set, FN1) for _ in children] == [(c, Ok(i)) for i, c in enumerate(children)]
+    assert len(history_events(execution_id)) == 5  # the two new join-nexts are still buffered
+    run2.end("done")
+    records = [r for r in store.get(execution_id).events if isinstance(r.event, HistoryEventRecord)]
+    assert [type(r.event.event) for r in records[5:]] == [JoinNext, JoinNext]
+    assert records[5].created_at == records[6].created_at
+    assert result(execution_id) == Ok("done")
     assert_versions_contiguous(execution_id)
 
 

@@ -125,6 +125,8 @@ class ActivityExecutor:
                 # A full claim may have left more behind; otherwise what comes due next is
                 # announced to the listener, which was subscribed before the claim.
                 due = _Due(activities=len(batch) >= limit, workflows=started > 0)
+                if due.activities and not due.workflows:  # busy: a workflow may not wait for it
+                    due = _Due(activities=True, workflows=self._workflow_announced())
                 if batch:
                     self._activity_seconds = 0.0
                     lingering.batch_started(self._batch_seconds)  # new work may wait for it (D58)
@@ -184,6 +186,22 @@ class ActivityExecutor:
         for locked in claimed:
             self.workflows.start(locked, self.functions[locked.ffqn], self.deployment_id)
         return len(claimed)
+
+    def _workflow_announced(self) -> bool:
+        """Whether a served workflow came due while this executor's activities kept it
+        busy: the notifications that arrived meanwhile, read without waiting (without
+        LISTEN, on SQLite, one may always have). Otherwise a workflow made pending by a
+        response, whose next run an Interrupt workflow needs, waited for the whole activity
+        backlog to drain. Notifications of activities it reads are not lost: a full batch
+        claims again anyway."""
+        if not self.workflow_terms:
+            return False
+        if not notify.is_postgres():
+            return True
+        notes = self._listener.wait(0)
+        return any(
+            ffqn in self.workflow_terms for note in notes if note.channel == notify.PENDING for ffqn in note.items
+        )
 
     def _wait_for_work(self, until: float) -> _Due | None:
         """Wait until a served function has work due; None when ``until`` passed.

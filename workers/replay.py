@@ -906,7 +906,8 @@ class EventHistory:
     ``history``: the recorded history events, as ``(version, event)`` pairs or the store's
     records (``.version``, ``.event``; a ``HistoryEventRecord`` is unwrapped). ``next_version``:
     the version the next written event gets. ``waiter`` None is the Interrupt strategy (§4.1);
-    with a waiter, blocking calls wait (Await, §4.2) and ``batch_size`` buffers writes (§3.6).
+    with a waiter, blocking calls wait (Await, §4.2). ``batch_size`` buffers writes under
+    either strategy (§3.6; upstream buffers only under Await, decisions.md D60).
     """
 
     def __init__(
@@ -931,7 +932,7 @@ class EventHistory:
         self._queue = ResponseQueue()
         self._queue.add(responses)
         self._open: dict[str, dict[str, str]] = {}  # open join set -> unawaited id -> component type
-        self._buffer = WriteBuffer(writer, next_version, batch_size if waiter is not None else 0)
+        self._buffer = WriteBuffer(writer, next_version, batch_size)
         self._writer = writer
         self._clock = clock
         self._waiter = waiter

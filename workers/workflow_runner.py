@@ -63,7 +63,7 @@ _ENGINE_PATHS = tuple(
 )
 
 LEEWAY_FRACTION = 0.2  # an Await wait ends this share of the lock duration before it expires
-BATCH_SIZE = 100  # buffered non-blocking events per transaction under Await (§3.6)
+BATCH_SIZE = 100  # buffered non-blocking events per transaction, under both strategies (§3.6, D60)
 
 
 class StoreWriter:
@@ -235,7 +235,7 @@ def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: s
         waiter=waiter,
         canceller=StoreCanceller(),
         lease=lease,
-        batch_size=BATCH_SIZE if waiter is not None else 0,
+        batch_size=BATCH_SIZE,
     )
     lease.history = history
     ctx = WorkflowContext(history, locked.execution_id)

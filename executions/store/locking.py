@@ -39,6 +39,7 @@ from executions.store.common import (
     _now,
     _row_for_update,
     _write_transaction,
+    new_instance,
 )
 from executions.store.datatypes import Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
@@ -83,7 +84,8 @@ def lock_pending(
             for execution_id, _, version, generation, _, _ in group:
                 locked_events[execution_id] = locked.model_copy(update={"lock_generation": generation + 1})
                 events.append(
-                    ExecutionEvent(
+                    new_instance(
+                        ExecutionEvent,
                         execution_id=execution_id,
                         version=version + 1,
                         created_at=now,

@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -74,6 +75,7 @@ from executions.store.common import (
     _millis,
     _now,
     _row_for_update,
+    new_instance,
 )
 from executions.store.datatypes import AttemptFailed, CreateRequest, Fence
 
@@ -119,7 +121,8 @@ def _created_event(req: CreateRequest, execution_id: ExecutionId, now: datetime)
 
 
 def _state_row(execution_id: ExecutionId, created: Created, now: datetime) -> ExecutionState:
-    return ExecutionState(
+    return new_instance(
+        ExecutionState,
         execution_id=str(execution_id),
         is_top_level=execution_id.is_top_level,
         corresponding_version=0,
@@ -137,7 +140,8 @@ def _state_row(execution_id: ExecutionId, created: Created, now: datetime) -> Ex
 
 
 def _created_row(created: Created, row: ExecutionState) -> ExecutionEvent:
-    return ExecutionEvent(
+    return new_instance(
+        ExecutionEvent,
         execution_id=row.execution_id,
         version=0,
         created_at=row.created_at,
@@ -281,7 +285,7 @@ def _apply(
     else:  # spec 000 §6.2: the version, then the event's own preconditions
         _check_version(row, version)
         effect = decide(kind, row.state, row.lifecycle)
-    _validate(row, effect, event, unconsumed)
+    stored_json = _validate(row, effect, event, unconsumed)
 
     fields = {"corresponding_version", "updated_at"}
     after: list = []
@@ -329,11 +333,12 @@ def _apply(
 
     row.corresponding_version = version
     row.updated_at = now
-    event_row = ExecutionEvent(
+    event_row = new_instance(
+        ExecutionEvent,
         execution_id=row.execution_id,
         version=version,
         created_at=now,
-        json_value=event_to_json(event),
+        json_value=stored_json if stored_json is not None else event_to_json(event),
         variant=event.VARIANT,
         join_set_id=event_join_set_id(event),
         history_event_type=history_event_type(event),
@@ -364,8 +369,10 @@ def _check_version(row: ExecutionState, version: int) -> None:
         raise errors.VersionConflict(expected, version)
 
 
-def _validate(row: ExecutionState, effect: Effect, event: Event, unconsumed: _Unconsumed | None) -> None:
-    """Event-specific checks: ids that must belong to this execution, payload sizes."""
+def _validate(row: ExecutionState, effect: Effect, event: Event, unconsumed: _Unconsumed | None) -> Any:
+    """Event-specific checks: ids that must belong to this execution, payload sizes. Returns
+    the event's JSON as stored when the check made it (a history event: its size is
+    checked), else None."""
     if effect is Effect.LOCK:
         parse_executor_id(event.executor_id)
         parse_run_id(event.run_id)
@@ -376,7 +383,10 @@ def _validate(row: ExecutionState, effect: Effect, event: Event, unconsumed: _Un
         JoinSetId.parse(event.event.join_set_id)
     elif effect in (Effect.DELAY, Effect.BUMP):
         _validate_history_event(row, event.event, unconsumed)
-        _json_payload("history event", event.event.model_dump(mode="json"))
+        stored = event_to_json(event)
+        _json_payload("history event", stored)
+        return stored
+    return None
 
 
 def _apply_lock(row: ExecutionState, event: Locked, version: int, extending: bool) -> tuple[Locked, set[str]]:
