@@ -961,6 +961,43 @@ def test_interrupt_writes_a_join_sets_submissions_and_join_nexts_in_one_transact
     assert_versions_contiguous(execution_id)
 
 
+@pytest.mark.postgres_only
+def test_an_await_wait_reads_the_responses_only_when_a_notification_names_its_execution():
+    """D63: the run's first wait reads the responses (one may have come before the waiter
+    listened); a later wait reads them only once told of one for this execution: a
+    response to another workflow costs it no query, and one to its own exactly one."""
+    from django.test.utils import CaptureQueriesContext
+
+    execution_id, other_id = new_driven(), new_driven()
+    run, other = start_run(execution_id, AWAIT_0), start_run(other_id, AWAIT_0)
+    ours, theirs = ([r.history.submit(r.history.create_join_set(), FN1, [i]) for i in (1, 2)] for r in (run, other))
+    waiter = StoreWaiter(execution_id, run.lease)
+    try:
+        finish_child(str(ours[0]), Ok(1))
+        assert [r.child_execution_id for r in waiter.wait_for_responses(0)] == [str(ours[0])]
+
+        def respond_to_the_other_then_to_this_one():
+            try:
+                time.sleep(0.2)
+                finish_child(str(theirs[0]), Ok(1))
+                time.sleep(0.2)
+                finish_child(str(ours[1]), Ok(2))
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=respond_to_the_other_then_to_this_one)
+        with CaptureQueriesContext(connection) as queries:
+            thread.start()
+            arrived = waiter.wait_for_responses(1)
+        thread.join()
+        assert [r.child_execution_id for r in arrived] == [str(ours[1])]
+        assert len([q for q in queries.captured_queries if "t_join_set_response" in q["sql"]]) == 1
+    finally:
+        waiter.close()
+        run.hand_back()
+        other.hand_back()
+
+
 def test_batching_flushes_at_n_and_before_a_blocking_write_each_in_one_transaction():
     """§3.6: with Await{3} three non-blocking events are written together (one transaction:
     one timestamp) with the child they create; a blocking call first flushes the buffer,

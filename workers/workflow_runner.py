@@ -129,13 +129,16 @@ class StoreWaiter:
     It listens for the whole run (``close`` ends that), so a cancellation requested
     between two waits is never missed and the lifecycle is read only once per run, and
     again only when a cancellation names this execution or nothing is known (a timed
-    wake-up, a poll on SQLite)."""
+    wake-up, a poll on SQLite). Likewise the responses: read at the run's first wait (one
+    may have arrived between the claim that loaded them and the subscription), and after
+    that only when a notification names this execution or nothing is known (D63)."""
 
     def __init__(self, execution_id: str, lease: StoreLease):
         self.execution_id = execution_id
         self.lease = lease
         self._listener = notify.Listener([notify.RESPONSE, notify.CANCEL])
         self._check_cancel = True
+        self._check_responses = True
 
     def close(self) -> None:
         self._listener.close()
@@ -144,16 +147,26 @@ class StoreWaiter:
         """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
         when the execution is being cancelled: the driver takes over (decision 14)."""
         while True:
-            responses = store.responses_after(self.execution_id, after_seq)
-            if responses:
-                return responses
+            if self._check_responses or not notify.is_postgres():
+                self._heed(self._listener.wait(0))  # announced before the read: it sees them
+                self._check_responses = False
+                responses = store.responses_after(self.execution_id, after_seq)
+                if responses:
+                    return responses
             remaining = self.lease.deadline() - time.monotonic()
             if remaining <= 0 or shutdown.stopping() or self._cancelling():
                 return []
             notes = self._listener.wait(min(remaining, 1.0))
-            self._check_cancel = not notes or any(
-                note.channel == notify.CANCEL and self.execution_id in note.items for note in notes
-            )
+            if not notes:  # a timed wake-up: nothing known
+                self._check_cancel = self._check_responses = True
+            self._heed(notes)
+
+    def _heed(self, notes: Sequence[notify.Notification]) -> None:
+        """Note what ``notes`` name of this execution: a cancellation, a response."""
+        for note in notes:
+            if self.execution_id in note.items:
+                self._check_cancel |= note.channel == notify.CANCEL
+                self._check_responses |= note.channel == notify.RESPONSE
 
     def _cancelling(self) -> bool:
         if not self._check_cancel:
