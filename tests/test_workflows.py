@@ -26,6 +26,7 @@ import time
 import types
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1640,5 +1641,7 @@ def test_runs_capture_their_logs_and_a_replay_marks_what_it_logs_again(blocking)
     backtraces = store.list_backtraces(execution_id)
     assert backtraces, "the blocking call's stack was not stored"
     frames = backtraces[0][2]
-    assert any(frame["function"] == "talkative" and "ctx.call" in frame["code"] for frame in frames), frames
+    assert frames[-1]["function"] == "talkative" and "ctx.call" in frames[-1]["code"], frames  # innermost last
     assert not any("/workers/" in frame["file"] for frame in frames)
+    source = {frame["file"]: Path(frame["file"]).read_text().splitlines() for frame in frames}
+    assert all(source[frame["file"]][frame["line"] - 1].strip() == frame["code"] for frame in frames), frames
