@@ -13,7 +13,7 @@ import json
 from django.db import models
 from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
 
-from executions.events import VARIANTS
+from executions.events import VARIANTS, compact_json
 from executions.state_machine import Lifecycle, State, StateWords
 
 COMPONENT_TYPES = ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"]
@@ -40,7 +40,7 @@ class ExactJSONField(models.TextField):
     def get_prep_value(self, value):
         if value is None:
             return None
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return compact_json(value)
 
 
 def _choices(values):

@@ -35,6 +35,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from executions import conf
+from executions.events import compact_json
 
 PENDING = "obelisk_pending"
 FINISHED = "obelisk_finished"
@@ -112,7 +113,7 @@ FINISHED_VALUE_LIMIT = 1000  # characters of return-value JSON carried in a noti
 
 def finished_item(execution_id: str, retval_json: Any) -> str:
     """An ``obelisk_finished`` item: the id, with the value's JSON if it is short."""
-    text = json.dumps(retval_json, separators=(",", ":"), ensure_ascii=False)
+    text = compact_json(retval_json)
     return f"{execution_id}\t{text}" if len(text) <= FINISHED_VALUE_LIMIT else execution_id
 
 

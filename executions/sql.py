@@ -10,7 +10,6 @@ adapted by the model fields themselves (``get_db_prep_save``), as the ORM would.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,8 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import DateTimeField, Model
+
+from executions.events import compact_json
 
 
 def _quote(name: str) -> str:
@@ -113,7 +114,7 @@ class Statements:
             rows = [
                 {column: encode(getattr(obj, attname)) for column, attname, encode in shape.encoders} for obj in objects
             ]
-            self.add(shape.sql, [json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))])
+            self.add(shape.sql, [compact_json(rows)])
         else:
             sql = shape.sql + ", ".join([shape.row] * len(objects)) + shape.suffix
             self.add(sql, [_prep_save(f, getattr(obj, f.attname)) for obj in objects for f in shape.fields])

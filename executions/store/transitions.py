@@ -6,7 +6,6 @@ transition table of ``executions.state_machine``, the version) and computes the 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,7 @@ from executions.events import (
     Paused,
     Schedule,
     TemporarilyFailed,
+    compact_json,
     consumes_response,
     event_join_set_id,
     event_to_json,
@@ -734,4 +734,4 @@ class ResponseBatch:
                     "n": counts[parent_id],
                 }
             )
-        statements.add(_INSERT_RESPONSES_SQL, [created_at, json.dumps(records, separators=(",", ":"))])
+        statements.add(_INSERT_RESPONSES_SQL, [created_at, compact_json(records)])
