@@ -170,6 +170,12 @@ class ExecutionEvent(models.Model):
         ordering = ["execution_id", "version"]
         constraints = [
             UniqueConstraint(fields=["execution", "version"], name="t_execution_log_pk"),
+            # A join set is created once per execution: its id names its children and delays.
+            UniqueConstraint(
+                fields=["execution", "join_set_id"],
+                condition=Q(history_event_type="join_set_create"),
+                name="t_execution_log_join_set_once",
+            ),
             CheckConstraint(condition=Q(version__gte=0), name="t_execution_log_version_gte_0"),
             CheckConstraint(condition=Q(variant__in=list(VARIANTS)), name="t_execution_log_variant_valid"),
             CheckConstraint(

@@ -523,6 +523,22 @@ def test_empty_batches_are_refused(world):
     )  # fmt: skip
 
 
+def test_a_join_set_created_twice_is_refused(world):
+    """A join set is created once per execution (its id names its children and delays, and
+    its join-nexts count its responses): a second ``JoinSetCreate`` of it, in a later write
+    or in the same one, is a conflict, and the write leaves nothing behind."""
+    workflow = world["workflow"]
+
+    def create(*names):
+        events = [helpers.history(JoinSetCreate(join_set_id=name)) for name in names]
+        return store.append_batch(workflow.execution_id, None, events, fence=workflow.fence, now=T0)
+
+    create("n:js")
+    refused(errors.Conflict, lambda: create("n:js"))
+    refused(errors.Conflict, lambda: create("n:other", "n:other"))
+    create("n:other")
+
+
 def test_append_many_takes_each_execution_once(world):
     pending = world["pending"]
     item = store.AppendItem(pending, 1, Finished(retval=Ok(1)))
