@@ -250,7 +250,7 @@ class FakeLease:
 
 @dataclass(frozen=True)
 class Strategy:
-    """Interrupt (no waiter) or Await with a write batch size (§3.6, §4)."""
+    """Interrupt (no waiter) or Await, each with a write batch size (§3.6, §4, D60)."""
 
     waits: bool
     batch: int = 0

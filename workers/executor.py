@@ -198,10 +198,7 @@ class ActivityExecutor:
             return False
         if not notify.is_postgres():
             return True
-        notes = self._listener.wait(0)
-        return any(
-            ffqn in self.workflow_terms for note in notes if note.channel == notify.PENDING for ffqn in note.items
-        )
+        return bool(_announced(self._listener.wait(0)) & self.workflow_terms.keys())
 
     def _wait_for_work(self, until: float) -> _Due | None:
         """Wait until a served function has work due; None when ``until`` passed.
@@ -216,7 +213,7 @@ class ActivityExecutor:
             if self._workflows_waiting and self.workflows.free() > 0:
                 return _Due(activities=False, workflows=True)
             notes = self._listener.wait(min(timeout, 0.05) if self._workflows_waiting else timeout)
-            named = {ffqn for note in notes if note.channel == notify.PENDING for ffqn in note.items}
+            named = _announced(notes)
             due = _Due(
                 activities=bool(named & self.terms.keys()),
                 workflows=bool(named & self.workflow_terms.keys()),
@@ -367,6 +364,11 @@ class ActivityExecutor:
         per_item = activity_seconds / size
         wanted = self.max_batch if per_item <= 0 else int(self.target_batch_seconds / per_item)
         self.batch_size = max(1, min(self.max_batch, wanted, self.batch_size * 2))
+
+
+def _announced(notes: list[notify.Notification]) -> set[str]:
+    """The functions that ``obelisk_pending`` notifications say have work due."""
+    return {ffqn for note in notes if note.channel == notify.PENDING for ffqn in note.items}
 
 
 def _is_result(item: store.AppendItem) -> bool:
