@@ -315,6 +315,13 @@ class Listener:
                 self._received.extend(mine)
                 self._cond.notify_all()
 
+    def post(self, notification: Notification) -> None:
+        """Deliver ``notification`` to this listener alone: a wake-up from within the
+        process, for something no transaction announces."""
+        with self._cond:
+            self._received.append(notification)
+            self._cond.notify_all()
+
     def wait(self, timeout: float) -> list[Notification]:
         """Block until something arrives or ``timeout`` seconds pass; return what arrived.
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils.timezone import now as timezone_now
 
 from executions import errors, notify, store
-from executions.events import Finished, Ok
+from executions.events import Finished, Ok, Unlocked
 from executions.models import ExecutionEvent, ExecutionState
 from tests.helpers import FFQN, create, lock
 
@@ -434,3 +436,232 @@ def test_a_workflow_that_comes_due_while_activities_keep_the_worker_busy_starts_
     assert all(store.get_state(e).state == "finished" for e in backlog)
     assert locked_at(workflow_id[0]) < locked_at(backlog[-1])
     assert store.get_state(workflow_id[0]).state == "finished"
+
+
+def _children_of_one_write(parent: str, locked, count: int, claim=None, *, ffqn=FFQN, component=None, **request):
+    """``parent``'s run opens a join set and submits ``count`` children of ``ffqn`` in one
+    write, with ``claim``: the children's ids and what the write claimed."""
+    from executions.events import ChildExecutionRequest, JoinSetCreate, JoinSetRequest
+    from executions.ids import ExecutionId, JoinSetId
+    from tests.helpers import ACTIVITY, DEPLOYMENT, history
+
+    js = JoinSetId("n", f"eager{locked.next_version}")
+    children = [str(ExecutionId.parse(parent).child(js, i + 1)) for i in range(count)]
+    events = [history(JoinSetCreate(join_set_id=str(js)))] + [
+        history(
+            JoinSetRequest(
+                join_set_id=str(js), request=ChildExecutionRequest(child_execution_id=c, target_ffqn=ffqn, params=[i])
+            )
+        )
+        for i, c in enumerate(children)
+    ]
+    requests = [
+        store.CreateRequest(
+            execution_id=c,
+            ffqn=ffqn,
+            params=[i],
+            component_id=component or ACTIVITY,
+            deployment_id=DEPLOYMENT,
+            parent=(parent, str(js)),
+            **request,
+        )
+        for i, c in enumerate(children)
+    ]
+    _, claimed = store.append_and_claim_children(
+        parent, locked.next_version, events, requests, fence=locked.fence, claim=claim
+    )
+    return children, claimed
+
+
+def _claim(limit: int = 10, **terms) -> store.ChildClaim:
+    from executions.ids import new_executor_id, new_run_id
+    from tests.helpers import DEPLOYMENT, TERMS
+
+    return store.ChildClaim(terms or {FFQN: TERMS}, limit, new_executor_id(), new_run_id(), DEPLOYMENT)
+
+
+def _comparable_state(execution_id: str) -> dict:
+    row = ExecutionState.objects.filter(pk=execution_id).values().get()
+    for name in ("execution_id", "created_at", "updated_at", "first_scheduled_at", "pending_expires_finished"):
+        row.pop(name)
+    return row
+
+
+def _comparable_events(execution_id: str) -> list:
+    from executions.events import event_to_json
+
+    out = []
+    for record in store.get(execution_id).events:
+        body = event_to_json(record.event)
+        for fields in body.values():
+            for name in ("scheduled_at", "lock_expires_at", "params", "parent"):
+                fields.pop(name, None)
+        out.append((record.version, body))
+    return out
+
+
+def test_a_child_created_locked_is_exactly_what_lock_pending_makes_of_a_pending_one():
+    """D65: a child created locked for the writer's own executor has the same row, the same
+    log and the same ``LockedExecution`` as one created pending and then claimed with the
+    same terms, executor and run; it is never announced as pending."""
+    from tests.helpers import DEPLOYMENT, TERMS, create_workflow, lock
+
+    parent = create_workflow()
+    run = lock(parent)
+    claim = _claim()
+    with notify.Listener([notify.PENDING]) as listener:
+        (eager,), claimed = _children_of_one_write(parent, run, 1, claim)
+        assert not any(FFQN in note.items for note in listener.wait(0.2))
+    run = store.LockedExecution(**{**run.__dict__, "next_version": store.get_state(parent).next_version})
+    (pending,), none = _children_of_one_write(parent, run, 1)
+    assert none == []
+    (claimed_later,) = store.lock_pending(
+        {FFQN: TERMS}, limit=1, executor_id=claim.executor_id, run_id=claim.run_id, deployment_id=DEPLOYMENT
+    )
+    assert claimed_later.execution_id == pending
+    assert _comparable_state(eager) == _comparable_state(pending)
+    assert _comparable_events(eager) == _comparable_events(pending)
+    (locked_eagerly,) = claimed
+    for name in (
+        "ffqn",
+        "metadata",
+        "component_type",
+        "component_digest",
+        "deployment_id",
+        "next_version",
+        "intermittent_event_count",
+        "fence",
+        "history",
+        "responses",
+    ):
+        assert getattr(locked_eagerly, name) == getattr(claimed_later, name), name
+    assert locked_eagerly.params == store.get_created(eager).params
+    assert locked_eagerly.parent == store.get_created(eager).parent
+    assert locked_eagerly.locked == store.get(eager).events[1].event
+
+
+def test_a_write_claims_only_due_children_of_functions_and_components_the_claimer_runs_and_at_most_its_limit():
+    """D65: a child scheduled for later, of another function, built from another component,
+    or beyond the claim's limit is created pending (and announced when due), as usual."""
+    from executions.events import ComponentId
+    from executions.ids import content_digest
+    from tests.helpers import TERMS, create_workflow, lock
+
+    parent = create_workflow()
+    run = lock(parent)
+    children, claimed = _children_of_one_write(parent, run, 3, _claim(limit=2))
+    assert [c.execution_id for c in claimed] == children[:2]
+    assert [store.get_state(c).state for c in children] == ["locked", "locked", "pending_at"]
+
+    def next_run():
+        return store.LockedExecution(**{**run.__dict__, "next_version": store.get_state(parent).next_version})
+
+    later = timezone_now() + timedelta(hours=1)
+    scheduled, claimed = _children_of_one_write(parent, next_run(), 1, _claim(), scheduled_at=later)
+    assert claimed == [] and store.get_state(scheduled[0]).state == "pending_at"
+    other, claimed = _children_of_one_write(parent, next_run(), 1, _claim(**{"test:pkg/ifc.other": TERMS}))
+    assert claimed == [] and store.get_state(other[0]).state == "pending_at"
+    foreign = ComponentId(component_type="activity", name="elsewhere", component_digest=content_digest(b"other"))
+    built_elsewhere, claimed = _children_of_one_write(parent, next_run(), 1, _claim(), component=foreign)
+    assert claimed == [] and store.get_state(built_elsewhere[0]).state == "pending_at"
+
+
+def test_a_refused_write_neither_creates_nor_locks_its_children():
+    """D65: the children are created locked in the parent's transaction, so a write the
+    store refuses (here: a run whose lock is gone) leaves no child, locked or not."""
+    from tests.helpers import create_workflow, lock
+
+    parent = create_workflow()
+    stale = lock(parent)
+    store.append(parent, None, Unlocked(unlocked_at=timezone_now(), reason="test"), fence=stale.fence)
+    lock(parent)
+    before = ExecutionState.objects.count()
+    with pytest.raises(errors.LockLost):
+        _children_of_one_write(parent, stale, 2, _claim())
+    assert ExecutionState.objects.count() == before
+
+
+def test_a_workflows_children_run_on_its_own_worker_without_a_claim_and_its_result_is_unchanged():
+    """D65, end to end in one process: a sequential workflow's child activities are locked by
+    the write that creates them and run by the executor of the workflow's own process (their
+    ``Locked`` event is written with their ``Created`` event, by that executor); the
+    workflow's result is the one it computes without the shortcut."""
+    from tests import workflows
+    from tests.helpers import WORKFLOW
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    components = {
+        **load_components(),
+        workflows.sequential_sum.ffqn: workflows.sequential_sum,
+        workflows.fn2.ffqn: workflows.fn2,
+    }
+    executor = ActivityExecutor(components, current_deployment_id())
+
+    workflow_id = create(workflows.sequential_sum.ffqn, [5], component=WORKFLOW)
+    executor.claim_and_run(budget=30, linger=2)
+    executor.workflows.join(30)
+    assert store.get_finished_result(workflow_id) == Ok(15)
+    children = ExecutionState.objects.filter(execution_id__startswith=workflow_id + ".")
+    assert children.count() == 5
+    for child in children:
+        created, locked = store.get(child.execution_id).events[:2]
+        assert locked.event.VARIANT == "locked" and locked.version == 1
+        assert locked.created_at == created.created_at  # one transaction: the parent's write
+        assert locked.event.executor_id == executor.executor_id
+    assert executor.stats.finished >= 5
+
+
+def test_children_handed_to_an_executor_that_stopped_claiming_are_handed_back_for_any_worker():
+    """D65: an executor takes handed children only while it claims; afterwards ``hand_over``
+    unlocks them at once (no retry used), so another worker claims them instead of waiting
+    for their locks to expire."""
+    from tests.helpers import DEPLOYMENT, TERMS, create_workflow, lock
+    from workers.executor import ActivityExecutor
+
+    executor = ActivityExecutor({}, DEPLOYMENT)
+    executor.terms = {FFQN: TERMS}
+    executor.claim_and_run(budget=0.1, linger=0)  # claims, then closes its window
+    assert executor.child_claim([FFQN]) is None
+    parent = create_workflow()
+    children, claimed = _children_of_one_write(parent, lock(parent), 2, _claim())
+    executor.hand_over(claimed)
+    assert [store.get_state(c).state for c in children] == ["pending_at", "pending_at"]
+    assert all(store.get(c).events[-1].event.VARIANT == "unlocked" for c in children)
+    assert (
+        len(
+            store.lock_pending(
+                {FFQN: TERMS},
+                limit=5,
+                executor_id=claimed[0].locked.executor_id,
+                run_id=claimed[0].fence.run_id,
+                deployment_id=DEPLOYMENT,
+            )
+        )
+        == 2
+    )
+
+
+def test_a_response_to_an_awaiting_workflow_wakes_no_broker_and_leaves_it_due_at_its_runs_lock_expiry():
+    """D66: a response to a workflow whose run awaits it in place wakes that run
+    (``obelisk_response``) and nothing else: no ``obelisk_scheduled``, which woke every broker
+    of every cluster to recompute its next wake-up. The row is due at the run's lock expiry,
+    in case the run dies, and a broker's periodic look (``next_pending_at``) finds it."""
+    from tests.helpers import WORKFLOW_FFQN, block_on_child, create_workflow
+
+    parent = create_workflow()
+    run = lock(parent)
+    _, child, _ = block_on_child(parent, run)
+    with notify.Listener([notify.SCHEDULED, notify.PENDING, notify.RESPONSE]) as listener:
+        finish(child, 1)
+        deadline, notes = time.monotonic() + 0.3, []
+        while (left := deadline - time.monotonic()) > 0:
+            notes.extend(listener.wait(left))
+    assert any(n.channel == notify.RESPONSE and parent in n.items for n in notes)
+    assert not any(n.channel == notify.SCHEDULED for n in notes)
+    assert not any(n.channel == notify.PENDING and WORKFLOW_FFQN in n.items for n in notes)
+    state = store.get_state(parent)
+    assert state.state == "pending_at"
+    assert state.pending_expires_finished == run.locked.lock_expires_at
+    assert store.next_pending_at([WORKFLOW_FFQN]) == run.locked.lock_expires_at

@@ -100,6 +100,12 @@ def fan_out(ctx, xs: list[int]) -> dict:
     return {"values": values, "doubled": doubled, "slept_until": slept_until.isoformat()}
 
 
+@workflow(name="test:wf/flows.sequential-sum", lock_duration=LOCK)
+def sequential_sum(ctx, n: int) -> int:
+    """``n`` direct calls one after another (Obelisk's "fibo" shape)."""
+    return sum(ctx.call(fn2, i) for i in range(1, n + 1))
+
+
 @workflow(name="test:wf/flows.child", lock_duration=LOCK)
 def child_workflow(ctx, x: int) -> int:
     return ctx.call(fn2, x) + 1

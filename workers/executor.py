@@ -80,7 +80,7 @@ class ActivityExecutor:
         }
         self.terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].component_type != "workflow"}
         self.workflow_terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].component_type == "workflow"}
-        self.workflows = WorkflowPool()
+        self.workflows = WorkflowPool(children=self)
         self.max_batch = max_batch
         self.batch_size = max(1, min(8, max_batch))
         self.target_batch_seconds = target_batch_seconds
@@ -96,6 +96,9 @@ class ActivityExecutor:
         self._unstarted_lock = threading.Lock()  # the watchdog hands them back during long runs
         self._outage = Outage(logger, "executor")
         self._workflows_waiting = False  # a workflow was due while the pool was full
+        self._handed: list[store.LockedExecution] = []  # children created locked for us (D65)
+        self._handed_lock = threading.Lock()
+        self._accepting = False  # inside ``claim_and_run``: handed children will be run
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds.
@@ -118,6 +121,7 @@ class ActivityExecutor:
         try:
             if self._listener is None:
                 self._listener = notify.Listener([notify.PENDING])
+            self._accept_children(True)
             while time.monotonic() < deadline and not shutdown.stopping():
                 limit = self.batch_size
                 started = self._start_workflows() if due.workflows else 0
@@ -127,6 +131,7 @@ class ActivityExecutor:
                 due = _Due(activities=len(batch) >= limit, workflows=started > 0)
                 if due.activities and not due.workflows:  # busy: a workflow may not wait for it
                     due = _Due(activities=True, workflows=self._workflow_announced())
+                batch = self._take_handed() + batch
                 if batch:
                     self._activity_seconds = 0.0
                     lingering.batch_started(self._batch_seconds)  # new work may wait for it (D58)
@@ -140,7 +145,7 @@ class ActivityExecutor:
                 if started:
                     done += started
                     idle_until = time.monotonic() + linger
-                if due.activities or due.workflows:
+                if due.activities or due.workflows or self._handed:
                     continue
                 with lingering.lingering():
                     due = self._wait_for_work(idle_until)
@@ -149,6 +154,7 @@ class ActivityExecutor:
         except DATABASE_ERRORS as error:
             time.sleep(self._outage.failed(error))
         finally:
+            self._accept_children(False)
             lingering.idle()
         if shutdown.stopping():  # running workflows stop waiting at once and hand back
             self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
@@ -200,6 +206,47 @@ class ActivityExecutor:
             return True
         return bool(_announced(self._listener.wait(0)) & self.workflow_terms.keys())
 
+    # -- Children created locked for this executor (eager dispatch, D65) ------------------
+
+    def child_claim(self, ffqns: list[str]) -> store.ChildClaim | None:
+        """What a workflow run in this process may lock for this executor among the
+        children its next write creates: the activities it serves, as many as its next
+        batch has room for, while it is claiming (a child it then does not run in time
+        would wait for its lock to expire). None: create them pending, as usual."""
+        terms = {ffqn: self.terms[ffqn] for ffqn in ffqns if ffqn in self.terms}
+        with self._handed_lock:
+            room = self.batch_size - len(self._handed) if self._accepting else 0
+        if room <= 0 or not terms:
+            return None
+        return store.ChildClaim(terms, room, self.executor_id, new_run_id(), self.deployment_id)
+
+    def hand_over(self, locked: list[store.LockedExecution]) -> None:
+        """Children a workflow run created locked under ``child_claim``: run them next.
+        If this executor stopped claiming meanwhile, they are handed back at once
+        (``Unlocked``), for any worker to claim."""
+        with self._handed_lock:
+            if self._accepting:
+                self._handed.extend(locked)
+                locked = []
+        if locked:
+            self._give_back(locked, "handed back: the executor stopped claiming")
+            return
+        self._listener.post(notify.Notification(HANDED, ()))
+        self.watchdog.others_waiting()  # if a run is under way and turns out long
+
+    def _take_handed(self) -> list[store.LockedExecution]:
+        with self._handed_lock:
+            handed, self._handed = self._handed, []
+        return handed
+
+    def _accept_children(self, accepting: bool) -> None:
+        """Open or close the window in which ``hand_over`` queues children; at its end
+        the ones not taken yet are handed back."""
+        with self._handed_lock:
+            self._accepting = accepting and not shutdown.stopping()
+        if not self._accepting and (left := self._take_handed()):
+            self._give_back(left, "handed back unstarted: the executor stopped claiming")
+
     def _wait_for_work(self, until: float) -> _Due | None:
         """Wait until a served function has work due; None when ``until`` passed.
 
@@ -212,6 +259,8 @@ class ActivityExecutor:
         while (timeout := until - time.monotonic()) > 0 and not shutdown.stopping():
             if self._workflows_waiting and self.workflows.free() > 0:
                 return _Due(activities=False, workflows=True)
+            if self._handed:
+                return _Due(activities=False, workflows=False)
             notes = self._listener.wait(min(timeout, 0.05) if self._workflows_waiting else timeout)
             named = _announced(notes)
             due = _Due(
@@ -263,7 +312,7 @@ class ActivityExecutor:
         started = time.monotonic()
         try:
             with self._unstarted_lock:
-                waiting = bool(self._unstarted)
+                waiting = bool(self._unstarted or self._handed)
             return run_activity(
                 locked, spec, self.watchdog, flush_if_slow=bool(self._unflushed), hand_back_if_long=waiting
             )
@@ -271,13 +320,18 @@ class ActivityExecutor:
             self._activity_seconds += time.monotonic() - started
 
     def _hand_back(self, reason: str) -> None:
-        """Give back the claimed executions that have not started: ``Unlocked`` with each
-        one's fence, in one transaction, no retry used. Called by the watchdog thread while
-        a long run goes on, or when the worker is stopping."""
+        """Give back the claimed executions that have not started, and the children
+        handed over (D65): ``Unlocked`` with each one's fence, in one transaction, no retry
+        used. Called by the watchdog thread while a long run goes on, or when the worker is
+        stopping."""
         with self._unstarted_lock:
             waiting, self._unstarted = self._unstarted, []
-        if not waiting:
-            return
+        waiting += self._take_handed()
+        if waiting:
+            self._give_back(waiting, reason)
+
+    def _give_back(self, waiting: list[store.LockedExecution], reason: str) -> None:
+        """``Unlocked`` for each of ``waiting``, with its fence, in one transaction."""
         unlocked = Unlocked(unlocked_at=timezone.now(), reason=reason)
         items = [store.AppendItem(locked.execution_id, None, unlocked, locked.fence) for locked in waiting]
         try:
@@ -364,6 +418,10 @@ class ActivityExecutor:
         per_item = activity_seconds / size
         wanted = self.max_batch if per_item <= 0 else int(self.target_batch_seconds / per_item)
         self.batch_size = max(1, min(self.max_batch, wanted, self.batch_size * 2))
+
+
+# A wake-up within the process (never sent through the database): children were handed over.
+HANDED = "obelisk_handed"
 
 
 def _announced(notes: list[notify.Notification]) -> set[str]:

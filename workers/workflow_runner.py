@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connection
 from django.utils import timezone
@@ -68,23 +68,38 @@ LEEWAY_FRACTION = 0.2  # an Await wait ends this share of the lock duration befo
 BATCH_SIZE = 100  # buffered non-blocking events per transaction, under both strategies (§3.6, D60)
 
 
+class ChildRunner(Protocol):
+    """This process's activity executor, seen from a workflow run: it may take the
+    children a write creates, locked for it in that write (eager dispatch, D65)."""
+
+    def child_claim(self, ffqns: list[str]) -> store.ChildClaim | None: ...
+
+    def hand_over(self, locked: list[store.LockedExecution]) -> None: ...
+
+
 class StoreWriter:
     """``Writer``: fenced appends of history events with the executions they create."""
 
-    def __init__(self, locked: store.LockedExecution, deployment_id: str):
+    def __init__(self, locked: store.LockedExecution, deployment_id: str, children: ChildRunner | None = None):
         self.locked = locked
         self.deployment_id = deployment_id
+        self.children = children
         self._component = locked.locked.component_id.model_dump(mode="json")
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
-        store.append_batch_create_new_execution(
+        requests = [self._create_request(new) for new in creates]
+        claim = self.children.child_claim([r.ffqn for r in requests]) if requests and self.children else None
+        _, claimed = store.append_and_claim_children(
             self.locked.execution_id,
             version,
             [HistoryEventRecord(event=event) for event in events],
-            [self._create_request(new) for new in creates],
+            requests,
             fence=self.locked.fence,
             stack=self._blocking_stack(events),
+            claim=claim,
         )
+        if claimed:
+            self.children.hand_over(claimed)
 
     def _blocking_stack(self, events: Sequence[Any]) -> store.BlockingStack | None:
         """A write with a join-next may block the workflow: the store keeps where its own
@@ -239,20 +254,24 @@ class StoreLease:
         self.lock_expires_at = expires
 
 
-def run_workflow(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
+def run_workflow(
+    locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str, children: ChildRunner | None = None
+) -> None:
     """One run of a workflow, from the start of the function to its end or interruption."""
     try:
         with heartbeat.running(), telemetry.workflow_run(locked):
-            _run(locked, spec, deployment_id)
+            _run(locked, spec, deployment_id, children)
     except Exception:
         logger.exception("workflow run of %s failed; its lock expires and it runs again", locked.execution_id)
     finally:
         connection.close()  # runs live in pool threads: no idle connection per thread
 
 
-def _run(locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
+def _run(
+    locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str, children: ChildRunner | None
+) -> None:
     lease = StoreLease(locked, spec)
-    writer = StoreWriter(locked, deployment_id)
+    writer = StoreWriter(locked, deployment_id, children)
     waiter = StoreWaiter(locked.execution_id, lease) if spec.blocking == "await" else None
     history = EventHistory(
         locked.execution_id,
@@ -339,10 +358,12 @@ def _release_if_locked(locked: store.LockedExecution, reason: str) -> None:
 
 
 class WorkflowPool:
-    """The worker process's workflow runs, each in a thread of its own (at most ``size``)."""
+    """The worker process's workflow runs, each in a thread of its own (at most ``size``);
+    ``children``: the process's activity executor, which may run their children (D65)."""
 
-    def __init__(self, size: int = 8):
+    def __init__(self, size: int = 8, children: ChildRunner | None = None):
         self.size = size
+        self.children = children
         self._running: set[threading.Thread] = set()
         self._lock = threading.Lock()
 
@@ -353,7 +374,10 @@ class WorkflowPool:
 
     def start(self, locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
         thread = threading.Thread(
-            target=run_workflow, args=(locked, spec, deployment_id), name=f"workflow {locked.execution_id}", daemon=True
+            target=run_workflow,
+            args=(locked, spec, deployment_id, self.children),
+            name=f"workflow {locked.execution_id}",
+            daemon=True,
         )
         with self._lock:
             self._running.add(thread)

@@ -25,7 +25,13 @@ Notifications (``executions.notify``) are published inside each transaction and 
 on commit.
 """
 
-from executions.store.append import append, append_batch, append_batch_create_new_execution, append_many
+from executions.store.append import (
+    append,
+    append_and_claim_children,
+    append_batch,
+    append_batch_create_new_execution,
+    append_many,
+)
 from executions.store.audit import AuditRecord, audited, list_audit
 from executions.store.clusters import ClusterInfo, list_clusters, record_cluster_stopped, record_heartbeat
 from executions.store.console_reads import find_by_result_text, last_failure_detail
@@ -37,6 +43,7 @@ from executions.store.datatypes import (
     AttemptFailed,
     BlockingStack,
     CancelOutcome,
+    ChildClaim,
     CreateOutcome,
     CreateRequest,
     DelayOutcome,
@@ -114,6 +121,7 @@ __all__ = [
     "AppendItem",
     "AttemptFailed",
     "CancelOutcome",
+    "ChildClaim",
     "CreateOutcome",
     "CreateRequest",
     "DelayOutcome",
@@ -129,6 +137,7 @@ __all__ = [
     "Response",
     "STATUS_FILTERS",
     "append",
+    "append_and_claim_children",
     "append_batch",
     "append_batch_create_new_execution",
     "append_delay_response",

@@ -27,7 +27,15 @@ from executions.store.common import (
     _rows_for_update,
     _write_transaction,
 )
-from executions.store.datatypes import AppendItem, AttemptFailed, BlockingStack, CreateRequest, Fence
+from executions.store.datatypes import (
+    AppendItem,
+    AttemptFailed,
+    BlockingStack,
+    ChildClaim,
+    CreateRequest,
+    Fence,
+    LockedExecution,
+)
 from executions.store.transitions import (
     ResponseBatch,
     _append_events_in_tx,
@@ -82,6 +90,25 @@ def append_batch_create_new_execution(
     schedules) in the same transaction. ``stack``: the workflow code's stack at this
     write, stored (deduplicated) if the write leaves the execution blocked on a join set
     (spec 000 §2.5: where the code waits)."""
+    version, _ = append_and_claim_children(execution_id, version, events, children, fence=fence, now=now, stack=stack)
+    return version
+
+
+def append_and_claim_children(
+    execution_id: str,
+    version: int | None,
+    events: list[Event],
+    children: list[CreateRequest],
+    *,
+    fence: Fence | None = None,
+    now: datetime | None = None,
+    stack: BlockingStack | None = None,
+    claim: ChildClaim | None = None,
+) -> tuple[int, list[LockedExecution]]:
+    """``append_batch_create_new_execution``, and with ``claim`` the children it covers
+    are created locked for the claimer, in the same transaction: the next version, and
+    the children locked (D65). A child so locked is exactly what ``lock_pending`` would
+    have made of it; it is never announced as pending."""
     if not events:
         raise errors.ValidationFailed("batch cannot be empty")
     now = _now(now)
@@ -100,8 +127,12 @@ def append_batch_create_new_execution(
         first_version = row.corresponding_version + 1
         notes, statements = notify.Notes(), Statements()
         version = _append_events_in_tx(row, version, events, now, fence, notes, statements)
-        _create_unpaused_in_tx(
-            [(child_id, created) for child_id, created, paused in prepared if not paused], now, notes, statements
+        claimed = _create_unpaused_in_tx(
+            [(child_id, created) for child_id, created, paused in prepared if not paused],
+            now,
+            notes,
+            statements,
+            claim,
         )
         for child_id, created, paused in prepared:
             if paused:
@@ -110,7 +141,7 @@ def append_batch_create_new_execution(
             _add_backtrace(statements, execution_id, stack, first_version, version)
         notes.publish(statements)
         statements.run()
-    return version
+    return version, claimed
 
 
 def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list[int | errors.StoreError]:

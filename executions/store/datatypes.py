@@ -63,6 +63,20 @@ class LockTerms:
 
 
 @dataclass(frozen=True)
+class ChildClaim:
+    """The children of a write that the writer's own process will run at once: they are
+    created locked to ``executor_id`` under ``run_id`` (eager dispatch, D65), at most
+    ``limit`` of them, each under the terms of its function in ``functions`` and only if
+    it is due now and built from the same component."""
+
+    functions: Mapping[str, LockTerms]
+    limit: int
+    executor_id: str
+    run_id: str
+    deployment_id: str
+
+
+@dataclass(frozen=True)
 class EventRecord:
     version: int
     created_at: datetime

@@ -35,7 +35,6 @@ from executions.store.common import (
     EVENT_FIELDS,
     _eid,
     _json,
-    _millis,
     _now,
     _row_for_update,
     _write_transaction,
@@ -43,7 +42,7 @@ from executions.store.common import (
 )
 from executions.store.datatypes import Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
-from executions.store.transitions import _apply, _check_fence, _write_applied
+from executions.store.transitions import _apply, _check_fence, _write_applied, lock_fields, new_lock
 
 
 def lock_pending(
@@ -79,7 +78,7 @@ def lock_pending(
         events, locked_events, statements = [], {}, Statements()
         for ffqn, group in by_ffqn.items():
             terms = functions[ffqn]
-            locked = _locked_event(terms, executor_id, run_id, deployment_id, now)
+            locked = new_lock(terms, executor_id, run_id, deployment_id, now)
             body = event_to_json(locked)[Locked.VARIANT]
             for execution_id, _, version, generation, _, _ in group:
                 locked_events[execution_id] = locked.model_copy(update={"lock_generation": generation + 1})
@@ -96,20 +95,7 @@ def lock_pending(
             statements.update(
                 ExecutionState,
                 [c[0] for c in group],
-                {
-                    "state": State.LOCKED,
-                    "pending_expires_finished": locked.lock_expires_at,
-                    "executor_id": executor_id,
-                    "run_id": run_id,
-                    "max_retries": terms.retry_config.max_retries,
-                    "retry_exp_backoff_millis": _millis(terms.retry_config.retry_exp_backoff),
-                    "deployment_id": deployment_id,
-                    "component_id_input_digest": terms.component_id.component_digest,
-                    "join_set_id": None,
-                    "join_set_closing": None,
-                    "result_kind": None,
-                    "updated_at": now,
-                },
+                {**lock_fields(terms, locked), "updated_at": now},
                 plus_one={
                     "corresponding_version": "corresponding_version",
                     "last_lock_version": "corresponding_version",
@@ -199,7 +185,7 @@ def lock_one(
     """Lock one execution at ``version`` (a new lock, or an extension by the same run)."""
     now = _now(now)
     execution_id = _eid(execution_id)
-    locked = _locked_event(terms, executor_id, run_id, deployment_id, now)
+    locked = new_lock(terms, executor_id, run_id, deployment_id, now)
     with _write_transaction():
         row = _row_for_update(execution_id)
         intermittent = row.intermittent_event_count
@@ -242,14 +228,3 @@ def extend_lock(
                 pending_expires_finished=lock_expires_at, updated_at=now
             )
     return row.lifecycle
-
-
-def _locked_event(terms: LockTerms, executor_id: str, run_id: str, deployment_id: str, now: datetime) -> Locked:
-    return Locked(
-        component_id=terms.component_id,
-        executor_id=executor_id,
-        deployment_id=deployment_id,
-        run_id=run_id,
-        lock_expires_at=now + terms.lock_duration,
-        retry_config=terms.retry_config,
-    )

@@ -77,7 +77,7 @@ from executions.store.common import (
     _row_for_update,
     new_instance,
 )
-from executions.store.datatypes import AttemptFailed, CreateRequest, Fence
+from executions.store.datatypes import AttemptFailed, ChildClaim, CreateRequest, Fence, LockedExecution, LockTerms
 
 
 def _created_event(req: CreateRequest, execution_id: ExecutionId, now: datetime) -> Created:
@@ -180,18 +180,100 @@ def _create_in_tx(
     return 1
 
 
-def _create_unpaused_in_tx(items: list[tuple[ExecutionId, Created]], now: datetime, notes, statements) -> None:
+def _create_unpaused_in_tx(
+    items: list[tuple[ExecutionId, Created]], now: datetime, notes, statements, claim: ChildClaim | None = None
+) -> list[LockedExecution]:
     """Insert the state rows and ``Created`` events of unpaused executions, one ``INSERT``
     per table for all of them: a workflow's wide join set costs two statements, not two
-    per child (D55). The caller checked that each parent exists."""
-    rows, created_rows = [], []
+    per child (D55). The caller checked that each parent exists.
+
+    With ``claim``, the children it covers are created locked instead of pending, with
+    their ``Locked`` event in the same ``INSERT``, and returned as ``lock_pending`` would
+    return them (eager dispatch, D65); the others are announced as usual."""
+    rows, event_rows, claimed = [], [], []
     for execution_id, created in items:
         row = _state_row(execution_id, created, now)
         rows.append(row)
-        created_rows.append(_created_row(created, row))
-        _notify_pending(row, notes)
+        event_rows.append(_created_row(created, row))
+        terms = _claimable(claim, created, now) if claim is not None and len(claimed) < claim.limit else None
+        if terms is None:
+            _notify_pending(row, notes)
+            continue
+        locked = new_lock(terms, claim.executor_id, claim.run_id, claim.deployment_id, now)
+        locked = locked.model_copy(update={"lock_generation": 1})
+        _set(row, **lock_fields(terms, locked), corresponding_version=1, last_lock_version=1, lock_generation=1)
+        event_rows.append(_event_row(row, 1, locked, now))
+        claimed.append(_new_locked_execution(row, created, locked))
     statements.insert(ExecutionState, rows, STATE_FIELDS)
-    statements.insert(ExecutionEvent, created_rows, EVENT_FIELDS)
+    statements.insert(ExecutionEvent, event_rows, EVENT_FIELDS)
+    return claimed
+
+
+def _claimable(claim: ChildClaim, created: Created, now: datetime) -> LockTerms | None:
+    """The terms to lock a new execution under: due now, served by the claimer, and built
+    from the component the claimer runs."""
+    terms = claim.functions.get(created.ffqn)
+    if terms is None or created.scheduled_at > now or terms.component_id != created.component_id:
+        return None
+    return terms
+
+
+def _event_row(row: ExecutionState, version: int, event: Event, now: datetime) -> ExecutionEvent:
+    return new_instance(
+        ExecutionEvent,
+        execution_id=row.execution_id,
+        version=version,
+        created_at=now,
+        json_value=event_to_json(event),
+        variant=event.VARIANT,
+    )
+
+
+def _new_locked_execution(row: ExecutionState, created: Created, locked: Locked) -> LockedExecution:
+    return LockedExecution(
+        execution_id=row.execution_id,
+        ffqn=row.ffqn,
+        params=created.params,
+        metadata=dict(created.metadata),
+        parent=created.parent,
+        component_type=row.component_type,
+        component_digest=row.component_id_input_digest,
+        deployment_id=locked.deployment_id,
+        next_version=row.corresponding_version + 1,
+        intermittent_event_count=0,
+        locked=locked,
+        fence=Fence(locked.run_id, row.lock_generation),
+    )
+
+
+def new_lock(terms: LockTerms, executor_id: str, run_id: str, deployment_id: str, now: datetime) -> Locked:
+    """The ``Locked`` event of a new lock under ``terms`` (its generation set by the caller)."""
+    return Locked(
+        component_id=terms.component_id,
+        executor_id=executor_id,
+        deployment_id=deployment_id,
+        run_id=run_id,
+        lock_expires_at=now + terms.lock_duration,
+        retry_config=terms.retry_config,
+    )
+
+
+def lock_fields(terms: LockTerms, locked: Locked) -> dict[str, Any]:
+    """The columns a new lock sets, besides the versions, the generation and ``updated_at``:
+    one definition for ``lock_pending`` and for executions created locked (D65)."""
+    return {
+        "state": State.LOCKED,
+        "pending_expires_finished": locked.lock_expires_at,
+        "executor_id": locked.executor_id,
+        "run_id": locked.run_id,
+        "max_retries": terms.retry_config.max_retries,
+        "retry_exp_backoff_millis": _millis(terms.retry_config.retry_exp_backoff),
+        "deployment_id": locked.deployment_id,
+        "component_id_input_digest": terms.component_id.component_digest,
+        "join_set_id": None,
+        "join_set_closing": None,
+        "result_kind": None,
+    }
 
 
 @dataclass
@@ -227,13 +309,19 @@ def _to_pending(row: ExecutionState, at: datetime) -> set[str]:
     return _set(row, state=State.PENDING_AT, pending_expires_finished=at, **_NO_LOCK, **_NO_WAIT)
 
 
-def _notify_pending(row: ExecutionState, notes: notify.Notes) -> None:
+def _notify_pending(row: ExecutionState, notes: notify.Notes, *, announce_later: bool = True) -> None:
     """Announce a row that became lockable: due now on ``obelisk_pending``, due later on
-    ``obelisk_scheduled`` (so brokers recompute their next wake-up)."""
+    ``obelisk_scheduled`` (so brokers recompute their next wake-up).
+
+    ``announce_later=False``: a workflow whose wait was resolved while its run awaits in
+    place is due later only at that run's lock expiry, in case the run dies (spec 000 §10
+    keep-warm); the run itself goes on, woken by ``obelisk_response``. Brokers look at the
+    table at least every half second, long before a lock expires, so waking every broker of
+    every cluster for each response to an awaiting workflow bought nothing (D66)."""
     if row.state == State.PENDING_AT and row.lifecycle == Lifecycle.ACTIVE:
         if row.pending_expires_finished <= timezone.now():
             notes.pending_ffqns.add(row.ffqn)
-        else:
+        elif announce_later:
             notes.scheduled = True
 
 
@@ -490,7 +578,7 @@ def _apply_join_next(
     response_at = unconsumed.next_time(join_next.join_set_id)
     if response_at is not None:
         fields = _to_pending(row, max(join_next.run_expires_at, response_at))
-        _notify_pending(row, notes)
+        _notify_pending(row, notes, announce_later=False)  # later: the writing run's lock expiry
         return fields
     return _set(  # §6.5 D
         row,
@@ -668,7 +756,7 @@ def _deliver_response(
     ):
         fields = _to_pending(parent, max(parent.pending_expires_finished, now)) | _set(parent, updated_at=now)
         batch.update(ExecutionState, [parent.pk], {name: getattr(parent, name) for name in sorted(fields)})
-        _notify_pending(parent, notes)
+        _notify_pending(parent, notes, announce_later=False)  # later: its awaiting run's lock expiry
     if delay_id is not None:
         batch.add("DELETE FROM t_delay WHERE delay_id = %s", [delay_id])
     notes.responses.append(parent_id)
