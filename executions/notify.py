@@ -62,6 +62,9 @@ class Notes:
     cancelled: list[str] = field(default_factory=list)
     timers: bool = False
     scheduled: bool = False
+    # ``(parent id, Response)`` of the responses the operation inserts, filled in before it
+    # commits: this process's listeners get them with the notification (D67).
+    response_values: list = field(default_factory=list)
 
     def messages(self) -> list[tuple[str, str]]:
         out = []
@@ -82,7 +85,8 @@ class Notes:
         """Call inside the operation's transaction, after its last write. With
         ``statements`` (an ``executions.sql.Statements``) the NOTIFY joins that batch."""
         if messages := self.add_to(statements, using):
-            transaction.on_commit(lambda: deliver_locally(messages), using=using)
+            values = self.response_values
+            transaction.on_commit(lambda: deliver_locally(messages, values), using=using)
 
     def add_to(self, statements=None, using: str = "default") -> list[tuple[str, str]]:
         """Add the NOTIFY (PostgreSQL) to ``statements``, or run it now; returns the
@@ -102,10 +106,11 @@ class Notes:
         return messages
 
 
-def deliver_locally(messages: list[tuple[str, str]]) -> None:
-    """Wake this process's listeners for what a committed transaction announced."""
+def deliver_locally(messages: list[tuple[str, str]], response_values: list | tuple = ()) -> None:
+    """Wake this process's listeners for what a committed transaction announced; with the
+    responses it inserted, if the store gave them (``Notes.response_values``)."""
     if messages:
-        _HUB.deliver(messages)
+        _HUB.deliver(messages, tuple(response_values))
 
 
 FINISHED_VALUE_LIMIT = 1000  # characters of return-value JSON carried in a notification
@@ -189,11 +194,11 @@ class _Hub:
         with self._lock:
             self._listeners.discard(listener)
 
-    def deliver(self, messages: list[tuple[str, str]]) -> None:
+    def deliver(self, messages: list[tuple[str, str]], response_values: tuple = ()) -> None:
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:
-            listener._deliver(messages)
+            listener._deliver(messages, response_values)
 
     def _ensure_thread(self, using: str, channels: frozenset[str]) -> None:
         with self._lock:
@@ -279,8 +284,12 @@ def stop_listening() -> None:
 
 @dataclass(frozen=True)
 class Notification:
+    """``responses``: on ``obelisk_response`` from a commit of this process, the
+    ``(parent id, Response)`` pairs it inserted, when the store gave them (D67)."""
+
     channel: str
     items: tuple[str, ...]
+    responses: tuple = ()
 
 
 class Listener:
@@ -308,8 +317,12 @@ class Listener:
     def close(self) -> None:
         _HUB.unsubscribe(self)
 
-    def _deliver(self, messages: list[tuple[str, str]]) -> None:
-        mine = [Notification(channel, _split(payload)) for channel, payload in messages if channel in self.channels]
+    def _deliver(self, messages: list[tuple[str, str]], response_values: tuple = ()) -> None:
+        mine = [
+            Notification(channel, _split(payload), response_values if channel == RESPONSE else ())
+            for channel, payload in messages
+            if channel in self.channels
+        ]
         if mine:
             with self._cond:
                 self._received.extend(mine)

@@ -20,6 +20,7 @@ none), children created once, results and failures.
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
@@ -997,6 +998,65 @@ def test_an_await_wait_reads_the_responses_only_when_a_notification_names_its_ex
         waiter.close()
         run.hand_back()
         other.hand_back()
+
+
+@pytest.mark.postgres_only
+def test_a_response_a_group_commit_of_this_process_makes_reaches_the_waiting_run_as_the_table_holds_it_unread():
+    """D67: a child's result written by this process's executor (a group commit) comes to
+    the run awaiting it in the same process with the commit's notification: no read of the
+    responses, and exactly what the table holds (seq, time, result as stored). A response
+    committed without its value (here: a single append) is still read from the table."""
+    from django.test.utils import CaptureQueriesContext
+
+    execution_id = new_driven()
+    run = start_run(execution_id, AWAIT_0)
+    children = [run.history.submit(run.history.create_join_set(), FN1, [i]) for i in (1, 2, 3)]
+    waiter = StoreWaiter(execution_id, run.lease)
+
+    def in_a_group_commit(child_id: str, retval) -> None:
+        locked = lock_when_due(child_id, lookup(FN1))
+        (result,) = store.append_many([store.AppendItem(child_id, None, Finished(retval=retval), locked.fence)])
+        assert not isinstance(result, errors.StoreError)
+
+    def responses_read(queries) -> int:
+        return len([q for q in queries.captured_queries if "FROM t_join_set_response" in q["sql"]])
+
+    # One responding thread, whose session stays open as a worker's does: the server's echo
+    # of its notifications is then never heard as another process's.
+    requests: queue.Queue = queue.Queue()
+
+    def responder():
+        try:
+            while (respond := requests.get()) is not None:
+                time.sleep(0.2)
+                respond()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=responder)
+    thread.start()
+
+    def wait_while(respond, after_seq: int):
+        with CaptureQueriesContext(connection) as queries:
+            requests.put(respond)
+            arrived = waiter.wait_for_responses(after_seq)
+        return arrived, responses_read(queries)
+
+    try:
+        finish_child(str(children[0]), Ok(1))
+        assert [r.seq for r in waiter.wait_for_responses(0)] == [1]  # the first wait reads
+        value = Ok({"b": [1.5, 1e16, -0.0], "a": "\u00e9"})
+        arrived, reads = wait_while(lambda: in_a_group_commit(str(children[1]), value), 1)
+        assert reads == 0
+        assert arrived == store.responses_after(execution_id, 1)
+        assert arrived[0].child_retval == value
+        arrived, reads = wait_while(lambda: finish_child(str(children[2]), Ok(3)), 2)
+        assert reads == 1 and [r.seq for r in arrived] == [3]
+    finally:
+        requests.put(None)
+        thread.join()
+        waiter.close()
+        run.hand_back()
 
 
 def test_batching_flushes_at_n_and_before_a_blocking_write_each_in_one_transaction():

@@ -169,6 +169,8 @@ class StoreWaiter:
         self._listener = notify.Listener([notify.RESPONSE, notify.CANCEL])
         self._check_cancel = True
         self._check_responses = True
+        self._must_read = True  # nothing known yet: the first wait reads the table
+        self._delivered: dict[int, store.Response] = {}  # by seq, from this process's commits (D67)
 
     def close(self) -> None:
         self._listener.close()
@@ -180,7 +182,7 @@ class StoreWaiter:
             if self._check_responses or not notify.is_postgres():
                 self._heed(self._listener.wait(0))  # announced before the read: it sees them
                 self._check_responses = False
-                responses = store.responses_after(self.execution_id, after_seq)
+                responses = self._in_hand(after_seq) or self._read(after_seq)
                 if responses:
                     return responses
             remaining = self.lease.deadline() - time.monotonic()
@@ -188,15 +190,37 @@ class StoreWaiter:
                 return []
             notes = self._listener.wait(min(remaining, 1.0))
             if not notes:  # a timed wake-up: nothing known
-                self._check_cancel = self._check_responses = True
+                self._check_cancel = self._check_responses = self._must_read = True
             self._heed(notes)
 
     def _heed(self, notes: Sequence[notify.Notification]) -> None:
-        """Note what ``notes`` name of this execution: a cancellation, a response."""
+        """Note what ``notes`` name of this execution: a cancellation, a response (with
+        its value when a commit of this process delivered it, D67)."""
         for note in notes:
             if self.execution_id in note.items:
                 self._check_cancel |= note.channel == notify.CANCEL
-                self._check_responses |= note.channel == notify.RESPONSE
+                if note.channel == notify.RESPONSE:
+                    self._check_responses = True
+                    values = [r for parent, r in note.responses if parent == self.execution_id]
+                    self._must_read |= not values  # another process's commit: only the table knows
+                    self._delivered.update((r.seq, r) for r in values)
+
+    def _in_hand(self, after_seq: int) -> list[store.Response]:
+        """The responses delivered in memory that follow ``after_seq`` without a gap, if
+        nothing else must be read; otherwise none (the table is read)."""
+        for seq in [seq for seq in self._delivered if seq <= after_seq]:
+            del self._delivered[seq]  # read from the table meanwhile
+        if self._must_read:
+            return []
+        taken = []
+        while (response := self._delivered.pop(after_seq + len(taken) + 1, None)) is not None:
+            taken.append(response)
+        return taken
+
+    def _read(self, after_seq: int) -> list[store.Response]:
+        self._must_read = False
+        self._delivered.clear()  # the table has them all
+        return store.responses_after(self.execution_id, after_seq)
 
     def _cancelling(self) -> bool:
         if not self._check_cancel:

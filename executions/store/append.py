@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
+from django.db import connection
+
 from executions import errors, notify
 from executions.events import (
     Event,
@@ -178,15 +180,18 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
         statements.insert(ExecutionEvent, [done.event_row for _, done in applied], EVENT_FIELDS)
         _update_rows([(row, done.fields) for row, done in applied], statements)
         responding = [row for row, done in applied if done.after]
+        responses = ResponseBatch()
         if responding:  # children: their responses go to their parents in the same batch
             parents = _rows_for_update(_parent_ids(responding))
-            responses = ResponseBatch()
             for _, done in applied:
                 for action in done.after:
                     action(parents=parents, statements=statements, responses=responses)
-            responses.add_to(statements, now)
         notes.publish(statements)
-        statements.run()
+        responses.add_to(statements, now)  # last: on PostgreSQL it returns the responses' rows
+        returned = statements.run()
+        if responses.rows and connection.vendor == "postgresql":
+            finished = {row.execution_id: done.event_row.json_value for row, done in applied if done.after}
+            notes.response_values.extend(responses.inserted(returned, finished))
     return results
 
 

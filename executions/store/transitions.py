@@ -6,6 +6,7 @@ transition table of ``executions.state_machine``, the version) and computes the 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from executions.events import (
     event_to_json,
     history_event_type,
     result_kind_of,
+    retval_from_json,
     retval_to_json,
     storable_text,
 )
@@ -77,7 +79,15 @@ from executions.store.common import (
     _row_for_update,
     new_instance,
 )
-from executions.store.datatypes import AttemptFailed, ChildClaim, CreateRequest, Fence, LockedExecution, LockTerms
+from executions.store.datatypes import (
+    AttemptFailed,
+    ChildClaim,
+    CreateRequest,
+    Fence,
+    LockedExecution,
+    LockTerms,
+    Response,
+)
 
 
 def _created_event(req: CreateRequest, execution_id: ExecutionId, now: datetime) -> Created:
@@ -784,6 +794,7 @@ FROM json_to_recordset(%s) AS r(
     execution_id text, join_set_id text, delay_id text, delay_success boolean, child_execution_id text,
     finished_version bigint, n integer
 )
+RETURNING execution_id, child_execution_id, seq, created_at
 """
 
 
@@ -823,3 +834,28 @@ class ResponseBatch:
                 }
             )
         statements.add(_INSERT_RESPONSES_SQL, [created_at, compact_json(records)])
+
+    def inserted(self, returned: list[tuple], finished: dict[str, Any]) -> list[tuple[str, Response]]:
+        """The children's responses as their parents' waiting runs would read them
+        (``reads.responses_after``): from the ``RETURNING`` rows of the PostgreSQL insert,
+        when it ran last in its batch, and the children's ``Finished`` events (``finished``:
+        their JSON by child id). Given to this process's listeners at commit (D67)."""
+        rows = {row[4]: row for row in self.rows if row[4] is not None}
+        out = []
+        for parent_id, child_id, seq, created_at in returned:
+            if child_id not in rows or child_id not in finished:
+                continue
+            _, join_set_id, delay_id, delay_success, _, finished_version = rows[child_id]
+            retval = json.loads(compact_json(finished[child_id]))[Finished.VARIANT]["retval"]  # as stored
+            response = Response(
+                seq=seq,
+                created_at=created_at,
+                join_set_id=join_set_id,
+                delay_id=delay_id,
+                delay_success=delay_success,
+                child_execution_id=child_id,
+                finished_version=finished_version,
+                child_retval=retval_from_json(retval),
+            )
+            out.append((parent_id, response))
+        return out
