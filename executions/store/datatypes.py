@@ -15,6 +15,7 @@ from executions.events import (
     Locked,
     RetryConfig,
     RetVal,
+    retval_from_json,
 )
 from executions.models import (
     ExecutionState,
@@ -103,6 +104,14 @@ class Response:
     child_execution_id: str | None = None
     finished_version: int | None = None
     child_retval: RetVal | None = None
+
+    @classmethod
+    def of(cls, seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, child_finished):
+        """A response as stored: ``child_finished`` is the child's ``Finished`` event as its
+        JSON reads back from the log (None for a delay). The one way both the read and a
+        group commit's hand-over (D67) make it, so a run sees the same value either way."""
+        retval = retval_from_json(child_finished[Finished.VARIANT]["retval"]) if child_finished else None
+        return cls(seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, retval)
 
 
 @dataclass

@@ -254,15 +254,15 @@ def _responses_of(
     for r, (child_finished,) in load_rows_with_extras(JoinSetResponse, sql, params):
         finished = _json(child_finished) if child_finished is not None else None
         out[r.execution_id].append(
-            Response(
-                seq=r.seq,
-                created_at=r.created_at,
-                join_set_id=r.join_set_id,
-                delay_id=r.delay_id,
-                delay_success=r.delay_success,
-                child_execution_id=r.child_execution_id,
-                finished_version=r.finished_version,
-                child_retval=retval_from_json(finished[Finished.VARIANT]["retval"]) if finished else None,
+            Response.of(
+                r.seq,
+                r.created_at,
+                r.join_set_id,
+                r.delay_id,
+                r.delay_success,
+                r.child_execution_id,
+                r.finished_version,
+                finished,
             )
         )
     return out

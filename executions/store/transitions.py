@@ -39,7 +39,6 @@ from executions.events import (
     event_to_json,
     history_event_type,
     result_kind_of,
-    retval_from_json,
     retval_to_json,
     storable_text,
 )
@@ -846,16 +845,9 @@ class ResponseBatch:
             if child_id not in rows or child_id not in finished:
                 continue
             _, join_set_id, delay_id, delay_success, _, finished_version = rows[child_id]
-            retval = json.loads(compact_json(finished[child_id]))[Finished.VARIANT]["retval"]  # as stored
-            response = Response(
-                seq=seq,
-                created_at=created_at,
-                join_set_id=join_set_id,
-                delay_id=delay_id,
-                delay_success=delay_success,
-                child_execution_id=child_id,
-                finished_version=finished_version,
-                child_retval=retval_from_json(retval),
+            as_stored = json.loads(compact_json(finished[child_id]))
+            response = Response.of(
+                seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, as_stored
             )
             out.append((parent_id, response))
         return out
