@@ -665,3 +665,41 @@ def test_a_response_to_an_awaiting_workflow_wakes_no_broker_and_leaves_it_due_at
     assert state.state == "pending_at"
     assert state.pending_expires_finished == run.locked.lock_expires_at
     assert store.next_pending_at([WORKFLOW_FFQN]) == run.locked.lock_expires_at
+
+
+def test_only_an_executor_not_running_activities_is_offered_a_workflows_children(tmp_path):
+    """D65: children are created locked for the executor of the workflow's own process only
+    while it is not running activities. One running an activity is offered none: they would
+    wait behind the run under way, where any other worker can take them when they are
+    created pending."""
+    import os
+
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    executor = ActivityExecutor(load_components(), current_deployment_id(), max_batch=1)
+    marker = str(tmp_path / "marker")
+    slow = create("test:acts/slow.sleep", [0.5, marker])
+    offers = {}
+
+    def offer_while_busy_then_while_idle():
+        try:
+            while not os.path.exists(marker):  # the slow activity has started
+                time.sleep(0.005)
+            offers["busy"] = executor.child_claim([SERVED])
+            while store.get_state(slow).state != "finished":
+                time.sleep(0.01)
+            time.sleep(0.2)  # the executor lingers, waiting for work
+            offers["idle"] = executor.child_claim([SERVED])
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=offer_while_busy_then_while_idle)
+    thread.start()
+    try:
+        executor.claim_and_run(budget=10, linger=1.0)
+    finally:
+        thread.join()
+    assert offers["busy"] is None
+    assert offers["idle"] is not None and SERVED in offers["idle"].functions

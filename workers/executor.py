@@ -99,6 +99,7 @@ class ActivityExecutor:
         self._handed: list[store.LockedExecution] = []  # children created locked for us (D65)
         self._handed_lock = threading.Lock()
         self._accepting = False  # inside ``claim_and_run``: handed children will be run
+        self._running = False  # activities of a batch are running: it is offered no children (D65)
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds.
@@ -211,11 +212,12 @@ class ActivityExecutor:
     def child_claim(self, ffqns: list[str]) -> store.ChildClaim | None:
         """What a workflow run in this process may lock for this executor among the
         children its next write creates: the activities it serves, as many as its next
-        batch has room for, while it is claiming (a child it then does not run in time
-        would wait for its lock to expire). None: create them pending, as usual."""
+        batch has room for, while it claims and is not running activities. A busy executor
+        is offered none: a child would wait behind the runs under way, where any other
+        worker can take it when it is created pending. None: create them pending, as usual."""
         terms = {ffqn: self.terms[ffqn] for ffqn in ffqns if ffqn in self.terms}
         with self._handed_lock:
-            room = self.batch_size - len(self._handed) if self._accepting else 0
+            room = self.batch_size - len(self._handed) if self._accepting and not self._running else 0
         if room <= 0 or not terms:
             return None
         return store.ChildClaim(terms, room, self.executor_id, new_run_id(), self.deployment_id)
@@ -282,18 +284,26 @@ class ActivityExecutor:
         with self._unstarted_lock:
             self._unstarted = list(batch)
         oldest_unflushed = 0.0
-        while (locked := self._next_unstarted()) is not None:
-            if self._unflushed and time.monotonic() - oldest_unflushed >= self.flush_after:
-                self._flush()
-            item = telemetry.run_attempt(self._run_one, locked) if telemetry.ENABLED else self._run_one(locked)
-            if item is None:
-                self.stats.lost += 1
-                continue
-            with self._flush_lock:
-                if not self._unflushed:
-                    oldest_unflushed = time.monotonic()
-                self._unflushed.append(item)
+        self._set_running(True)
+        try:
+            while (locked := self._next_unstarted()) is not None:
+                if self._unflushed and time.monotonic() - oldest_unflushed >= self.flush_after:
+                    self._flush()
+                item = telemetry.run_attempt(self._run_one, locked) if telemetry.ENABLED else self._run_one(locked)
+                if item is None:
+                    self.stats.lost += 1
+                    continue
+                with self._flush_lock:
+                    if not self._unflushed:
+                        oldest_unflushed = time.monotonic()
+                    self._unflushed.append(item)
+        finally:
+            self._set_running(False)  # children handed over during the last write run next
         self._flush()
+
+    def _set_running(self, running: bool) -> None:
+        with self._handed_lock:
+            self._running = running
 
     def _next_unstarted(self) -> store.LockedExecution | None:
         if shutdown.stopping():
