@@ -669,11 +669,12 @@ def test_a_response_to_an_awaiting_workflow_wakes_no_broker_and_leaves_it_due_at
 
 def test_only_an_executor_not_running_activities_is_offered_a_workflows_children(tmp_path):
     """D65: children are created locked for the executor of the workflow's own process only
-    while it is not running activities. One running an activity is offered none: they would
-    wait behind the run under way, where any other worker can take them when they are
-    created pending."""
+    while it is not running activities. One running an activity is offered none, and
+    children handed to it after it started are given back at once: they would wait behind
+    the run under way, where any other worker can take them when they are pending."""
     import os
 
+    from tests.helpers import create_workflow
     from workers.executor import ActivityExecutor
     from workers.registry import load_components
     from workers.submission import current_deployment_id
@@ -688,6 +689,10 @@ def test_only_an_executor_not_running_activities_is_offered_a_workflows_children
             while not os.path.exists(marker):  # the slow activity has started
                 time.sleep(0.005)
             offers["busy"] = executor.child_claim([SERVED])
+            parent = create_workflow()  # children a write locked just before it got busy
+            children, claimed = _children_of_one_write(parent, lock(parent), 2, _claim())
+            executor.hand_over(claimed)
+            offers["handed while busy"] = [store.get(c).events[-1].event.VARIANT for c in children]
             while store.get_state(slow).state != "finished":
                 time.sleep(0.01)
             time.sleep(0.2)  # the executor lingers, waiting for work
@@ -702,4 +707,5 @@ def test_only_an_executor_not_running_activities_is_offered_a_workflows_children
     finally:
         thread.join()
     assert offers["busy"] is None
+    assert offers["handed while busy"] == ["unlocked", "unlocked"]  # pending at once, for any worker
     assert offers["idle"] is not None and SERVED in offers["idle"].functions

@@ -227,14 +227,13 @@ class ActivityExecutor:
         If this executor stopped claiming meanwhile, they are handed back at once
         (``Unlocked``), for any worker to claim."""
         with self._handed_lock:
-            if self._accepting:
+            if self._accepting and not self._running:
                 self._handed.extend(locked)
                 locked = []
-        if locked:
-            self._give_back(locked, "handed back: the executor stopped claiming")
+        if locked:  # it stopped claiming, or started running activities meanwhile
+            self._give_back(locked, "handed back: the executor is busy or stopped claiming")
             return
         self._listener.post(notify.Notification(HANDED, ()))
-        self.watchdog.others_waiting()  # if a run is under way and turns out long
 
     def _take_handed(self) -> list[store.LockedExecution]:
         with self._handed_lock:
@@ -280,11 +279,14 @@ class ActivityExecutor:
         """Run a claimed batch one after another; results go out in group commits. What
         has not started when a run turns out long, or when the worker is asked to stop, is
         handed back (``_hand_back``) instead of waiting for its lock to expire."""
+        with self._handed_lock:  # from here on children are handed back, not queued behind it
+            self._running = True
+            batch = self._handed + batch
+            self._handed = []
         self.stats.claimed += len(batch)
         with self._unstarted_lock:
             self._unstarted = list(batch)
         oldest_unflushed = 0.0
-        self._set_running(True)
         try:
             while (locked := self._next_unstarted()) is not None:
                 if self._unflushed and time.monotonic() - oldest_unflushed >= self.flush_after:
@@ -298,12 +300,9 @@ class ActivityExecutor:
                         oldest_unflushed = time.monotonic()
                     self._unflushed.append(item)
         finally:
-            self._set_running(False)  # children handed over during the last write run next
+            with self._handed_lock:
+                self._running = False  # children handed over during the last write run next
         self._flush()
-
-    def _set_running(self, running: bool) -> None:
-        with self._handed_lock:
-            self._running = running
 
     def _next_unstarted(self) -> store.LockedExecution | None:
         if shutdown.stopping():
@@ -322,7 +321,7 @@ class ActivityExecutor:
         started = time.monotonic()
         try:
             with self._unstarted_lock:
-                waiting = bool(self._unstarted or self._handed)
+                waiting = bool(self._unstarted)
             return run_activity(
                 locked, spec, self.watchdog, flush_if_slow=bool(self._unflushed), hand_back_if_long=waiting
             )
@@ -330,13 +329,11 @@ class ActivityExecutor:
             self._activity_seconds += time.monotonic() - started
 
     def _hand_back(self, reason: str) -> None:
-        """Give back the claimed executions that have not started, and the children
-        handed over (D65): ``Unlocked`` with each one's fence, in one transaction, no retry
-        used. Called by the watchdog thread while a long run goes on, or when the worker is
-        stopping."""
+        """Give back the claimed executions that have not started: ``Unlocked`` with each
+        one's fence, in one transaction, no retry used. Called by the watchdog thread while
+        a long run goes on, or when the worker is stopping."""
         with self._unstarted_lock:
             waiting, self._unstarted = self._unstarted, []
-        waiting += self._take_handed()
         if waiting:
             self._give_back(waiting, reason)
 

@@ -153,15 +153,6 @@ class Watchdog:
             if wake < time.monotonic() + self.IDLE_TICK:
                 self.lock.notify_all()
 
-    def others_waiting(self) -> None:
-        """Executions were queued behind the running activity after it began (children
-        handed over, D65): if it runs longer than ``OBELISK['HAND_BACK_AFTER']``, they are
-        handed back as its batch's unstarted rest would be."""
-        with self.lock:
-            run = self.run
-            if run is not None and not run.closed and run.hand_back_at is None:
-                run.hand_back_at = run.started + conf.get("HAND_BACK_AFTER").total_seconds()
-
     def end(self, run: WatchedRun) -> None:
         """The activity returned or raised: no more interrupts or renewals for it."""
         with self.lock:
