@@ -99,7 +99,7 @@ class ActivityExecutor:
         self._handed: list[store.LockedExecution] = []  # children created locked for us (D65)
         self._handed_lock = threading.Lock()
         self._accepting = False  # inside ``claim_and_run``: handed children will be run
-        self._running = False  # activities of a batch are running: it is offered no children (D65)
+        self._running = False  # a batch is under way: it is offered no children (D65)
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds.
@@ -132,7 +132,7 @@ class ActivityExecutor:
                 due = _Due(activities=len(batch) >= limit, workflows=started > 0)
                 if due.activities and not due.workflows:  # busy: a workflow may not wait for it
                     due = _Due(activities=True, workflows=self._workflow_announced())
-                batch = self._take_handed() + batch
+                batch = self._begin_batch(batch)
                 if batch:
                     self._activity_seconds = 0.0
                     lingering.batch_started(self._batch_seconds)  # new work may wait for it (D58)
@@ -224,8 +224,8 @@ class ActivityExecutor:
 
     def hand_over(self, locked: list[store.LockedExecution]) -> None:
         """Children a workflow run created locked under ``child_claim``: run them next.
-        If this executor stopped claiming meanwhile, they are handed back at once
-        (``Unlocked``), for any worker to claim."""
+        If this executor stopped claiming or started a batch meanwhile, they are handed
+        back at once (``Unlocked``), for any worker to claim."""
         with self._handed_lock:
             if self._accepting and not self._running:
                 self._handed.extend(locked)
@@ -234,6 +234,15 @@ class ActivityExecutor:
             self._give_back(locked, "handed back: the executor is busy or stopped claiming")
             return
         self._listener.post(notify.Notification(HANDED, ()))
+
+    def _begin_batch(self, claimed: list[store.LockedExecution]) -> list[store.LockedExecution]:
+        """The batch to run: the children handed over so far, first, then ``claimed``. From
+        here until the batch has run, children handed over are given back instead of
+        waiting behind it (``run_batch`` ends that)."""
+        with self._handed_lock:
+            batch, self._handed = self._handed + claimed, []
+            self._running = bool(batch)
+        return batch
 
     def _take_handed(self) -> list[store.LockedExecution]:
         with self._handed_lock:
@@ -279,10 +288,6 @@ class ActivityExecutor:
         """Run a claimed batch one after another; results go out in group commits. What
         has not started when a run turns out long, or when the worker is asked to stop, is
         handed back (``_hand_back``) instead of waiting for its lock to expire."""
-        with self._handed_lock:  # from here on children are handed back, not queued behind it
-            self._running = True
-            batch = self._handed + batch
-            self._handed = []
         self.stats.claimed += len(batch)
         with self._unstarted_lock:
             self._unstarted = list(batch)

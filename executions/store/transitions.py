@@ -149,15 +149,7 @@ def _state_row(execution_id: ExecutionId, created: Created, now: datetime) -> Ex
 
 
 def _created_row(created: Created, row: ExecutionState) -> ExecutionEvent:
-    return new_instance(
-        ExecutionEvent,
-        execution_id=row.execution_id,
-        version=0,
-        created_at=row.created_at,
-        json_value=event_to_json(created),
-        variant=Created.VARIANT,
-        join_set_id=event_join_set_id(created),
-    )
+    return _event_row(row, 0, created, row.created_at)
 
 
 def _create_in_tx(
@@ -228,6 +220,7 @@ def _claimable(claim: ChildClaim, created: Created, now: datetime) -> LockTerms 
 
 
 def _event_row(row: ExecutionState, version: int, event: Event, now: datetime) -> ExecutionEvent:
+    """The log row of ``event`` at ``version`` of ``row``'s execution."""
     return new_instance(
         ExecutionEvent,
         execution_id=row.execution_id,
@@ -235,6 +228,7 @@ def _event_row(row: ExecutionState, version: int, event: Event, now: datetime) -
         created_at=now,
         json_value=event_to_json(event),
         variant=event.VARIANT,
+        join_set_id=event_join_set_id(event),
     )
 
 
