@@ -396,6 +396,25 @@ def test_a_wide_join_set_is_created_and_answered_with_a_statement_per_table_not_
     assert stored == list(enumerate(finishing, start=1))
 
 
+def _claim_and_run_beside(executor, side, **options) -> None:
+    """``executor.claim_and_run(**options)`` while ``side`` runs in a thread of its own (with
+    its own connection, closed at its end); then the runs of workflows it started end."""
+
+    def run_side():
+        try:
+            side()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run_side)
+    thread.start()
+    try:
+        executor.claim_and_run(**options)
+    finally:
+        thread.join()
+        executor.workflows.join(30)
+
+
 def test_a_workflow_that_comes_due_while_activities_keep_the_worker_busy_starts_before_they_are_drained(tmp_path):
     """A worker whose claims of activities keep coming back full still starts a workflow
     announced meanwhile (after its current batch), instead of once the activity backlog is
@@ -415,20 +434,11 @@ def test_a_workflow_that_comes_due_while_activities_keep_the_worker_busy_starts_
     workflow_id: list[str] = []
 
     def submit_a_workflow_once_the_worker_is_busy():
-        try:
-            while not ExecutionState.objects.filter(pk=backlog[0], state="finished").exists():
-                time.sleep(0.01)
-            workflow_id.append(create(workflows.draws.ffqn, component=WORKFLOW))
-        finally:
-            connection.close()
+        while not ExecutionState.objects.filter(pk=backlog[0], state="finished").exists():
+            time.sleep(0.01)
+        workflow_id.append(create(workflows.draws.ffqn, component=WORKFLOW))
 
-    thread = threading.Thread(target=submit_a_workflow_once_the_worker_is_busy)
-    thread.start()
-    try:
-        executor.claim_and_run(budget=30, linger=0)
-    finally:
-        thread.join()
-        executor.workflows.join(30)
+    _claim_and_run_beside(executor, submit_a_workflow_once_the_worker_is_busy, budget=30, linger=0)
 
     def locked_at(execution_id: str):
         return next(r.created_at for r in store.get(execution_id).events if r.event.VARIANT == "locked")
@@ -685,27 +695,19 @@ def test_only_an_executor_not_running_activities_is_offered_a_workflows_children
     offers = {}
 
     def offer_while_busy_then_while_idle():
-        try:
-            while not os.path.exists(marker):  # the slow activity has started
-                time.sleep(0.005)
-            offers["busy"] = executor.child_claim([SERVED])
-            parent = create_workflow()  # children a write locked just before it got busy
-            children, claimed = _children_of_one_write(parent, lock(parent), 2, _claim())
-            executor.hand_over(claimed)
-            offers["handed while busy"] = [store.get(c).events[-1].event.VARIANT for c in children]
-            while store.get_state(slow).state != "finished":
-                time.sleep(0.01)
-            time.sleep(0.2)  # the executor lingers, waiting for work
-            offers["idle"] = executor.child_claim([SERVED])
-        finally:
-            connection.close()
+        while not os.path.exists(marker):  # the slow activity has started
+            time.sleep(0.005)
+        offers["busy"] = executor.child_claim([SERVED])
+        parent = create_workflow()  # children a write locked just before it got busy
+        children, claimed = _children_of_one_write(parent, lock(parent), 2, _claim())
+        executor.hand_over(claimed)
+        offers["handed while busy"] = [store.get(c).events[-1].event.VARIANT for c in children]
+        while store.get_state(slow).state != "finished":
+            time.sleep(0.01)
+        time.sleep(0.2)  # the executor lingers, waiting for work
+        offers["idle"] = executor.child_claim([SERVED])
 
-    thread = threading.Thread(target=offer_while_busy_then_while_idle)
-    thread.start()
-    try:
-        executor.claim_and_run(budget=10, linger=1.0)
-    finally:
-        thread.join()
+    _claim_and_run_beside(executor, offer_while_busy_then_while_idle, budget=10, linger=1.0)
     assert offers["busy"] is None
     assert offers["handed while busy"] == ["unlocked", "unlocked"]  # pending at once, for any worker
     assert offers["idle"] is not None and SERVED in offers["idle"].functions
