@@ -396,6 +396,63 @@ def test_a_wide_join_set_is_created_and_answered_with_a_statement_per_table_not_
     assert stored == list(enumerate(finishing, start=1))
 
 
+def _finishing_items(children: list[str]) -> list[store.AppendItem]:
+    """What an executor's group commit appends for ``children``: each one's result, with the
+    fence of the lock it ran under."""
+    return [store.AppendItem(c, None, Finished(retval=Ok(c)), lock(c).fence) for c in children]
+
+
+def test_a_group_commit_locks_its_executions_and_the_parents_they_answer_in_one_query():
+    """D68: a group commit that finishes children locks their rows and their parent's row
+    with one query (before, a second round trip locked the parents once the batch was
+    applied), and every response reaches the parent."""
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.models import JoinSetResponse
+
+    workflow, children, _ = _wide_join_set(3)
+    items = _finishing_items(children)
+    with CaptureQueriesContext(connection) as answering:
+        assert all(isinstance(r, int) for r in store.append_many(items))
+    loads = [q["sql"] for q in answering.captured_queries if "FROM t_state WHERE" in q["sql"]]
+    assert len(loads) == 1, loads
+    assert JoinSetResponse.objects.filter(execution_id=workflow).count() == 3
+
+
+@pytest.mark.postgres_only
+def test_a_group_commit_locks_children_before_their_parents_as_every_other_writer_does():
+    """D68: the one query locks the batch's own rows first, then the parents (id order alone
+    would put a parent first). A writer that holds a child and then wants the parent, as a
+    single append of a child's result does, is waited for instead of deadlocked."""
+    from django.db import connection as this_threads
+    from django.db import transaction
+
+    workflow, children, _ = _wide_join_set(2)
+    items = _finishing_items(children)
+    held, failures = threading.Event(), []
+
+    def child_then_parent():
+        try:
+            with transaction.atomic(), this_threads.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM t_state WHERE execution_id = %s FOR UPDATE", [children[0]])
+                held.set()
+                time.sleep(0.5)  # the group commit is waiting for the child meanwhile
+                cursor.execute("SELECT 1 FROM t_state WHERE execution_id = %s FOR UPDATE", [workflow])
+        except Exception as error:  # a deadlock aborts one of the two transactions
+            failures.append(error)
+        finally:
+            held.set()
+            this_threads.close()
+
+    writer = threading.Thread(target=child_then_parent)
+    writer.start()
+    assert held.wait(10)
+    results = store.append_many(items)
+    writer.join(10)
+    assert failures == []
+    assert all(isinstance(r, int) for r in results)
+
+
 def _claim_and_run_beside(executor, side, **options) -> None:
     """``executor.claim_and_run(**options)`` while ``side`` runs in a thread of its own (with
     its own connection, closed at its end); then the runs of workflows it started end."""

@@ -10,6 +10,7 @@ from django.db import connection
 from executions import errors, notify
 from executions.events import (
     Event,
+    Finished,
 )
 from executions.ids import (
     ExecutionId,
@@ -150,7 +151,8 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
     """Append one event to each of many executions in one transaction (group commit).
 
     Each item succeeds or fails on its own: the result list holds the next version, or the
-    error that rejected that item (nothing of it written). Rows are locked in id order, so
+    error that rejected that item (nothing of it written). The executions' rows, then the
+    rows of the parents their results may answer, are locked in id order, in one query, so
     concurrent batches cannot deadlock. An execution may appear only once.
     """
     now = _now(now)
@@ -159,7 +161,7 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
         raise errors.ValidationFailed("append_many takes each execution at most once")
     results: list[int | errors.StoreError] = []
     with _write_transaction():
-        rows = _rows_for_update(ids)
+        rows = _rows_for_update(ids, then=_parents_answered(ids, items))
         notes = notify.Notes()
         applied: list[tuple[ExecutionState, _Applied]] = []
         for execution_id, item in zip(ids, items, strict=False):
@@ -182,10 +184,9 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
         responding = [row for row, done in applied if done.after]
         responses = ResponseBatch()
         if responding:  # children: their responses go to their parents in the same batch
-            parents = _rows_for_update(_parent_ids(responding))
             for _, done in applied:
                 for action in done.after:
-                    action(parents=parents, statements=statements, responses=responses)
+                    action(parents=rows, statements=statements, responses=responses)
         notes.publish(statements)
         responses.add_to(statements, now)  # last: on PostgreSQL it returns the responses' rows
         returned = statements.run()
@@ -212,10 +213,15 @@ def _update_rows(changes: list[tuple[ExecutionState, set[str]]], statements: Sta
         )
 
 
-def _parent_ids(children: list[ExecutionState]) -> list[str]:
-    """The parents a batch responds to, locked together in id order (``_rows_for_update``),
-    so concurrent batches never deadlock."""
-    return sorted({str(ExecutionId.parse(child.execution_id).split_to_parts()[0]) for child in children})
+def _parents_answered(ids: list[str], items: list[AppendItem]) -> set[str]:
+    """The parents that the children among ``items`` answer if their events finish them (a
+    ``Finished``, or a failed attempt with no retry left): locked with the batch's own rows,
+    in the same query, instead of in a second round trip once the batch knows (D68)."""
+    return {
+        str(ExecutionId.parse(execution_id).split_to_parts()[0])
+        for execution_id, item in zip(ids, items, strict=True)
+        if "." in execution_id and isinstance(item.event, (Finished, AttemptFailed))
+    }
 
 
 def _row_values(row: ExecutionState) -> dict:

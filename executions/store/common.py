@@ -163,15 +163,22 @@ def columns_of(model, alias: str | None = None) -> str:
 STATE_COLUMNS = columns_of(ExecutionState)
 
 
-def _rows_for_update(execution_ids) -> dict[str, ExecutionState]:
-    """Lock ``t_state`` rows in id order (so concurrent batches never deadlock) and load
-    them, in one query."""
+def _rows_for_update(execution_ids, *, then=()) -> dict[str, ExecutionState]:
+    """Lock ``t_state`` rows and load them, in one query: ``execution_ids`` in id order,
+    then the rows of ``then`` that are not among them, in id order (a group commit's
+    executions, then their parents). Every writer locks in this order, children before
+    parents, so concurrent batches never deadlock (D68)."""
     ids = list(execution_ids)
-    if not ids:
+    later = sorted(set(then) - set(ids))
+    if not ids and not later:
         return {}
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    where, params = in_list(ids)
-    sql = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id {where} ORDER BY execution_id{lock}"
+    where, params = in_list(ids + later)
+    order = "execution_id"
+    if ids and later:  # PostgreSQL locks rows in the order they are sorted
+        first, first_params = in_list(ids)
+        order, params = f"execution_id {first} DESC, execution_id", params + first_params
+    sql = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id {where} ORDER BY {order}{lock}"
     return {row.pk: row for row in load_rows(ExecutionState, sql, params)}
 
 
