@@ -453,6 +453,54 @@ def test_a_group_commit_locks_children_before_their_parents_as_every_other_write
     assert all(isinstance(r, int) for r in results)
 
 
+@pytest.mark.postgres_only
+def test_a_claim_of_activities_in_one_message_makes_what_the_claims_transaction_makes():
+    """D69: outside a transaction, ``lock_pending`` of activities is one statement sent as
+    its own transaction. It makes the same row, the same ``Locked`` event (byte for byte)
+    and the same ``LockedExecution`` as the claim's transaction (inside ``atomic``) makes
+    of a twin execution, with the same terms, executor, run and time."""
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.ids import new_executor_id, new_run_id
+    from tests.helpers import DEPLOYMENT, TERMS
+
+    at, executor_id, run_id = timezone_now(), new_executor_id(), new_run_id()
+
+    def claim() -> list[store.LockedExecution]:
+        return store.lock_pending(
+            {FFQN: TERMS}, limit=5, executor_id=executor_id, run_id=run_id, deployment_id=DEPLOYMENT, now=at
+        )
+
+    first = create(FFQN, [1], now=at)
+    with CaptureQueriesContext(connection) as claiming:
+        (in_one_message,) = claim()
+    assert len(claiming.captured_queries) == 1
+    second = create(FFQN, [1], now=at)
+    with transaction.atomic():
+        (in_a_transaction,) = claim()
+
+    assert (in_one_message.execution_id, in_a_transaction.execution_id) == (first, second)
+    assert _row_of(first) == _row_of(second)
+    assert _log_of(first) == _log_of(second)
+    assert {**in_one_message.__dict__, "execution_id": None} == {**in_a_transaction.__dict__, "execution_id": None}
+
+
+def _row_of(execution_id: str) -> dict:
+    return {**ExecutionState.objects.filter(pk=execution_id).values().get(), "execution_id": None}
+
+
+def _log_of(execution_id: str) -> list[tuple]:
+    """The log as stored, JSON as text, but the ``Created`` event (it names the execution)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT version, created_at, json_value::text, variant, join_set_id, history_event_type,"
+            " consumes_response FROM t_execution_log WHERE execution_id = %s AND version > 0 ORDER BY version",
+            [execution_id],
+        )
+        return cursor.fetchall()
+
+
 def _claim_and_run_beside(executor, side, **options) -> None:
     """``executor.claim_and_run(**options)`` while ``side`` runs in a thread of its own (with
     its own connection, closed at its end); then the runs of workflows it started end."""

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import IntegrityError, connection
+from django.db.models import DateTimeField
 
 from executions import errors, notify
 from executions.events import (
     Created,
     Locked,
+    compact_json,
     event_from_json,
     event_to_json,
 )
@@ -68,6 +71,8 @@ def lock_pending(
         FunctionFqn.parse(ffqn)
     if limit < 1 or not functions:
         return []
+    if Statements().can_run_in_own_transaction() and _activities_only(functions):
+        return _lock_pending_in_one_message(functions, limit, executor_id, run_id, deployment_id, now)
     with _write_transaction():
         candidates = _due_candidates(list(functions), now, limit)
         if not candidates:
@@ -116,9 +121,21 @@ def _due_candidates(ffqns: list[str], now: datetime, limit: int) -> list[tuple]:
     """Due, active executions of ``ffqns``, oldest first, locked ``SKIP LOCKED`` (rows
     another claimer holds are passed over, never waited for). A fixed statement: the
     partial index ``t_state_pending_ffqn`` serves it."""
+    sql, params = _due_candidates_sql(ffqns, now, limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[:6] for row in cursor.fetchall()]  # without the due time, which orders them
+
+
+_CANDIDATE_COLUMNS = (
+    "execution_id, ffqn, corresponding_version, lock_generation, intermittent_event_count, component_type"
+)
+
+
+def _due_candidates_sql(ffqns: list[str], now: datetime, limit: int) -> tuple[str, list]:
     lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     sql = (
-        "SELECT execution_id, ffqn, corresponding_version, lock_generation, intermittent_event_count, component_type"
+        f"SELECT {_CANDIDATE_COLUMNS}, pending_expires_finished"
         " FROM t_state WHERE state = %s AND lifecycle = %s AND pending_expires_finished <= %s"
         f" AND ffqn IN ({', '.join(['%s'] * len(ffqns))})"
         f" ORDER BY pending_expires_finished LIMIT %s{lock}"
@@ -130,9 +147,90 @@ def _due_candidates(ffqns: list[str], now: datetime, limit: int) -> list[tuple]:
         *ffqns,
         limit,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+    return sql, params
+
+
+def _activities_only(functions: Mapping[str, LockTerms]) -> bool:
+    """Whether a claim is of activities only: a workflow's run also needs its history and
+    responses, read under the lock in the claim's transaction."""
+    return all(terms.component_id.component_type != "workflow" for terms in functions.values())
+
+
+_GENERATION = '"lock_generation":-1'  # where each row's generation goes in its Locked event
+
+
+def _lock_pending_in_one_message(
+    functions: Mapping[str, LockTerms], limit: int, executor_id: str, run_id: str, deployment_id: str, now: datetime
+) -> list[LockedExecution]:
+    """``lock_pending`` of activities as one statement, sent as its own transaction (D69):
+    the candidates locked ``SKIP LOCKED``, their rows updated and their ``Locked`` events
+    inserted by data-modifying CTEs, their ``Created`` events returned. One round trip
+    instead of four (``BEGIN``, the candidates, the writes, ``COMMIT``); the rows, the log
+    and the result are the ones the transaction makes (a test holds them equal).
+
+    The terms of each function go as one JSON document: the new lock's columns
+    (``lock_fields``) and its ``Locked`` event's JSON, cut where the row's generation goes."""
+    terms_rows, locked_by_ffqn, names = [], {}, None
+    for ffqn, terms in functions.items():
+        locked = locked_by_ffqn[ffqn] = new_lock(terms, executor_id, run_id, deployment_id, now)
+        fields = lock_fields(terms, locked)
+        names = tuple(sorted(fields))
+        body = {Locked.VARIANT: {**event_to_json(locked)[Locked.VARIANT], "lock_generation": -1}}
+        head, tail = compact_json(body).split(_GENERATION)
+        values = {name: _json_value(ExecutionState, name, fields[name]) for name in names}
+        terms_rows.append({"ffqn": ffqn, **values, "event_head": head, "event_tail": tail})
+    candidates_sql, params = _due_candidates_sql(list(functions), now, limit)
+    at = connection.ops.adapt_datetimefield_value(now)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_claim_sql(candidates_sql, names), [*params, compact_json(terms_rows), at, at])
+            rows = cursor.fetchall()
+    except IntegrityError as error:
+        raise errors.Conflict(f"constraint violated: {error}") from error
+    candidates = [row[:6] for row in rows]
+    locked_events = {
+        execution_id: locked_by_ffqn[ffqn].model_copy(update={"lock_generation": generation + 1})
+        for execution_id, ffqn, _, generation, _, _ in candidates
+    }
+    created = {row[0]: _json(row[6]) for row in rows}
+    return _locked_executions(candidates, locked_events, deployment_id, created)
+
+
+def _json_value(model, name: str, value: Any) -> Any:
+    """A column's value as it goes into a ``json_to_recordset`` document (timestamps as ISO
+    text, as ``Statements.insert`` sends them)."""
+    field = model._meta.get_field(name)
+    return value.isoformat() if isinstance(field, DateTimeField) and value is not None else value
+
+
+@functools.cache
+def _claim_sql(candidates_sql: str, names: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    fields = [ExecutionState._meta.get_field(name) for name in names]
+    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
+    assignments = ", ".join(f"{quote(f.column)} = t.{quote(f.column)}" for f in fields)
+    return f"""
+WITH c AS ({candidates_sql}),
+t AS (SELECT * FROM json_to_recordset(%s) AS t(ffqn text, {record}, event_head text, event_tail text)),
+locking AS (
+    UPDATE t_state s SET corresponding_version = c.corresponding_version + 1,
+        last_lock_version = c.corresponding_version + 1, lock_generation = c.lock_generation + 1,
+        {assignments}, updated_at = %s
+    FROM c JOIN t ON t.ffqn = c.ffqn
+    WHERE s.execution_id = c.execution_id
+),
+logging AS (
+    INSERT INTO t_execution_log
+        (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
+    SELECT c.execution_id, c.corresponding_version + 1, %s,
+        (t.event_head || '"lock_generation":' || (c.lock_generation + 1) || t.event_tail)::json,
+        '{Locked.VARIANT}', NULL, NULL, false
+    FROM c JOIN t ON t.ffqn = c.ffqn
+)
+SELECT {", ".join("c." + column.strip() for column in _CANDIDATE_COLUMNS.split(","))}, l.json_value
+FROM c JOIN t_execution_log l ON l.execution_id = c.execution_id AND l.version = 0
+ORDER BY c.pending_expires_finished, c.execution_id
+"""
 
 
 def _locked_executions(
