@@ -128,16 +128,32 @@ def parse_finished_item(item: str) -> tuple[str, Any | None]:
     return execution_id, (json.loads(text) if text else None)
 
 
-def _chunks(items: list[str]):
-    chunk, size = [], 0
+def chunk_numbers(items: list[str]) -> list[int]:
+    """Which payload each item goes in: items in order, a new payload whenever the next
+    item would take one over PostgreSQL's limit (about 8,000 bytes)."""
+    numbers, chunk, size = [], 0, 0
     for item in items:
-        if chunk and size + len(item) + 1 > _MAX_PAYLOAD:
-            yield "\n".join(chunk)
-            chunk, size = [], 0
-        chunk.append(item)
+        if size and size + len(item) + 1 > _MAX_PAYLOAD:
+            chunk, size = chunk + 1, 0
+        numbers.append(chunk)
         size += len(item) + 1
-    if chunk:
+    return numbers
+
+
+def _chunks(items: list[str]):
+    chunks: list[list[str]] = []
+    for item, number in zip(items, chunk_numbers(items), strict=True):
+        if number == len(chunks):
+            chunks.append([])
+        chunks[number].append(item)
+    for chunk in chunks:
         yield "\n".join(chunk)
+
+
+def sent_from(dbapi_connection) -> None:
+    """A session of this process sent notifications in SQL of its own (not through
+    ``Notes``): the server's echo of them is not delivered again (D45)."""
+    _HUB.own_session(dbapi_connection)
 
 
 class _Hub:

@@ -486,6 +486,84 @@ def test_a_claim_of_activities_in_one_message_makes_what_the_claims_transaction_
     assert {**in_one_message.__dict__, "execution_id": None} == {**in_a_transaction.__dict__, "execution_id": None}
 
 
+@pytest.mark.postgres_only
+def test_a_group_commit_of_top_level_results_in_one_message_writes_what_the_transaction_writes():
+    """D70: outside a transaction, a group commit of top-level results is one statement
+    sent as its own transaction. It returns the same version and makes the same row, the
+    same ``Finished`` event (byte for byte) and the same ``obelisk_finished`` item as the
+    group commit's transaction (inside ``atomic``) makes of a twin execution."""
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.events import retval_to_json
+
+    at = timezone_now()
+    value = {"text": "é\u2028", "numbers": [1, 2.5, -0.0, 1e16]}
+    first, second = create(FFQN, [1], now=at), create(FFQN, [1], now=at)
+    items = {c: store.AppendItem(c, None, Finished(retval=Ok(value)), lock(c, now=at).fence) for c in (first, second)}
+    finished_at = timezone_now()
+
+    with notify.Listener([notify.FINISHED]) as listener:
+        with CaptureQueriesContext(connection) as finishing:
+            in_one_message = store.append_many([items[first]], now=finished_at)
+        assert len(finishing.captured_queries) == 1
+        with transaction.atomic():
+            in_a_transaction = store.append_many([items[second]], now=finished_at)
+        heard = _finished_items(listener, {first, second})
+
+    assert in_one_message == in_a_transaction == [2]
+    assert _row_of(first) == _row_of(second)
+    assert _log_of(first)[-1] == _log_of(second)[-1]
+    assert heard[first] == heard[second] == retval_to_json(Ok(value))
+    assert store.get_finished_result(first) == Ok(value)
+
+
+def test_the_one_message_group_commit_finishes_only_rows_the_state_table_lets_finish():
+    """D70: the statement finishes only ``locked`` rows (of any lifecycle a locked row can
+    have), and for those the state machine's table says ``finished`` → finished; every other
+    row goes through the transaction, which asks the table."""
+    from executions.state_machine import Effect, Lifecycle, State, decide
+    from executions.store.append import _finish_sql
+    from executions.store.transitions import finish_fields
+
+    assert f"s.state = '{State.LOCKED.value}'" in _finish_sql(
+        tuple(finish_fields(Finished(retval=Ok(1)), timezone_now()))
+    )
+    for lifecycle in (Lifecycle.ACTIVE, Lifecycle.CANCELLING):
+        assert decide(Finished.VARIANT, State.LOCKED, lifecycle) is Effect.FINISH
+
+
+def test_a_result_whose_lock_moved_on_is_refused_while_the_rest_of_its_group_commit_is_written():
+    """D70: a result whose run no longer holds the lock is not written by the one
+    statement; the group commit's transaction then refuses it (``LockLost``), and the
+    other results of the batch are written."""
+    from executions.events import Unlocked
+
+    kept, lost = create(), create()
+    items = [store.AppendItem(c, None, Finished(retval=Ok(c)), lock(c).fence) for c in (kept, lost)]
+    store.append(lost, None, Unlocked(unlocked_at=timezone_now(), reason="test"), fence=items[1].fence)
+    taken_over = lock(lost)
+
+    results = store.append_many(items)
+
+    assert results[0] == 2 and isinstance(results[1], errors.LockLost)
+    assert store.get_finished_result(kept) == Ok(kept)
+    state = store.get_state(lost)
+    assert (state.state, state.run_id) == ("locked", taken_over.fence.run_id)
+
+
+def _finished_items(listener, wanted: set[str]) -> dict:
+    """The values announced on ``obelisk_finished`` for ``wanted``, waiting up to 5 s."""
+    heard, deadline = {}, time.monotonic() + 5
+    while set(heard) != wanted and time.monotonic() < deadline:
+        for note in listener.wait(0.2):
+            for item in note.items:
+                execution_id, value = notify.parse_finished_item(item)
+                if execution_id in wanted:
+                    heard[execution_id] = value
+    return heard
+
+
 def _row_of(execution_id: str) -> dict:
     return {**ExecutionState.objects.filter(pk=execution_id).values().get(), "execution_id": None}
 

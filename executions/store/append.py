@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from datetime import datetime
 
@@ -11,6 +12,9 @@ from executions import errors, notify
 from executions.events import (
     Event,
     Finished,
+    compact_json,
+    event_to_json,
+    retval_to_json,
 )
 from executions.ids import (
     ExecutionId,
@@ -25,10 +29,14 @@ from executions.store.common import (
     EVENT_FIELDS,
     _add_backtrace,
     _eid,
+    _json_payload,
     _now,
     _row_for_update,
     _rows_for_update,
     _write_transaction,
+    assignments_from,
+    recordset_columns,
+    recordset_value,
 )
 from executions.store.datatypes import (
     AppendItem,
@@ -44,9 +52,11 @@ from executions.store.transitions import (
     _append_events_in_tx,
     _Applied,
     _apply,
+    _bounded_failure,
     _create_in_tx,
     _create_unpaused_in_tx,
     _created_event,
+    finish_fields,
 )
 
 
@@ -159,6 +169,15 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
     ids = [_eid(item.execution_id) for item in items]
     if len(set(ids)) != len(ids):
         raise errors.ValidationFailed("append_many takes each execution at most once")
+    written = _finish_in_one_message(ids, items, now) if _top_level_results(ids, items) else {}
+    rest = [(execution_id, item) for execution_id, item in zip(ids, items, strict=True) if execution_id not in written]
+    in_transaction = iter(_append_many_in_transaction([r[0] for r in rest], [r[1] for r in rest], now) if rest else [])
+    return [written[execution_id] if execution_id in written else next(in_transaction) for execution_id in ids]
+
+
+def _append_many_in_transaction(
+    ids: list[str], items: list[AppendItem], now: datetime
+) -> list[int | errors.StoreError]:
     results: list[int | errors.StoreError] = []
     with _write_transaction():
         rows = _rows_for_update(ids, then=_parents_answered(ids, items))
@@ -194,6 +213,91 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
             finished = {row.execution_id: done.event_row.json_value for row, done in applied if done.after}
             notes.response_values.extend(responses.inserted(returned, finished))
     return results
+
+
+def _top_level_results(ids: list[str], items: list[AppendItem]) -> bool:
+    """Whether every item is a run's result of a top-level execution: a ``Finished`` with
+    the run's fence and no version, answering no parent (D70)."""
+    return all(
+        isinstance(item.event, Finished) and item.fence is not None and item.version is None and "." not in execution_id
+        for execution_id, item in zip(ids, items, strict=True)
+    )
+
+
+def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetime) -> dict[str, int]:
+    """A group commit of top-level results as one statement, sent as its own transaction
+    (D70): the rows whose lock is still the run's (state ``locked``, the fence's run and
+    generation) are locked in id order, finished and logged, and their ``obelisk_finished``
+    notifications sent, by CTEs. Returns the versions written; an item not among them (its
+    lock moved on) is left to the transaction, which says why. Nothing is written when an
+    item's value cannot be stored: the transaction refuses it on its own."""
+    statements = Statements()
+    if not statements.can_run_in_own_transaction():
+        return {}
+    rows, finished = [], []
+    try:
+        for execution_id, item in zip(ids, items, strict=True):
+            event = _bounded_failure(item.event)
+            retval = retval_to_json(event.retval)
+            _json_payload("return value", retval)
+            fields = finish_fields(event, now)
+            finished.append(notify.finished_item(execution_id, retval))
+            rows.append(
+                {
+                    "execution_id": execution_id,
+                    "fence_run_id": item.fence.run_id,
+                    "fence_generation": item.fence.lock_generation,
+                    **{name: recordset_value(ExecutionState, name, value) for name, value in fields.items()},
+                    "json_value": event_to_json(event),
+                }
+            )
+    except errors.StoreError:
+        return {}
+    for row, item, chunk in zip(rows, finished, notify.chunk_numbers(finished), strict=True):
+        row.update(item=item, chunk=chunk)
+    at = connection.ops.adapt_datetimefield_value(now)
+    statements.add(_finish_sql(tuple(fields)), [compact_json(rows), at, at, notify.FINISHED])
+    written = {execution_id: version for execution_id, version, _ in statements.run_in_own_transaction()}
+    if written:
+        notify.sent_from(connection.connection)
+        notes = notify.Notes(
+            finished=[item for item, execution_id in zip(finished, ids, strict=True) if execution_id in written]
+        )
+        notify.deliver_locally(notes.messages())
+    return written
+
+
+@functools.cache
+def _finish_sql(names: tuple[str, ...]) -> str:
+    return f"""
+WITH v AS (
+    SELECT * FROM json_to_recordset(%s) AS v(execution_id text, fence_run_id text, fence_generation bigint,
+        {recordset_columns(ExecutionState, names)}, json_value json, item text, chunk integer)
+),
+c AS (
+    SELECT s.execution_id, s.corresponding_version FROM t_state s JOIN v ON v.execution_id = s.execution_id
+    WHERE s.state = '{State.LOCKED.value}' AND s.run_id = v.fence_run_id AND s.lock_generation = v.fence_generation
+    ORDER BY s.execution_id
+    FOR UPDATE OF s
+),
+finishing AS (
+    UPDATE t_state s SET corresponding_version = c.corresponding_version + 1,
+        {assignments_from(ExecutionState, names, "v")}, updated_at = %s
+    FROM c JOIN v ON v.execution_id = c.execution_id
+    WHERE s.execution_id = c.execution_id
+),
+logging AS (
+    INSERT INTO t_execution_log
+        (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
+    SELECT c.execution_id, c.corresponding_version + 1, %s, v.json_value, '{Finished.VARIANT}', NULL, NULL, false
+    FROM c JOIN v ON v.execution_id = c.execution_id
+),
+notifying AS (
+    SELECT pg_notify(%s, string_agg(v.item, E'\\n' ORDER BY c.execution_id))
+    FROM c JOIN v ON v.execution_id = c.execution_id GROUP BY v.chunk
+)
+SELECT c.execution_id, c.corresponding_version + 1, (SELECT count(*) FROM notifying) FROM c
+"""
 
 
 def _update_rows(changes: list[tuple[ExecutionState, set[str]]], statements: Statements) -> None:

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection
-from django.db.models import DateTimeField
 
 from executions import errors, notify
 from executions.events import (
@@ -41,7 +40,10 @@ from executions.store.common import (
     _now,
     _row_for_update,
     _write_transaction,
+    assignments_from,
     new_instance,
+    recordset_columns,
+    recordset_value,
 )
 from executions.store.datatypes import Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
@@ -177,7 +179,7 @@ def _lock_pending_in_one_message(
         names = tuple(sorted(fields))
         body = {Locked.VARIANT: {**event_to_json(locked)[Locked.VARIANT], "lock_generation": -1}}
         head, tail = compact_json(body).split(_GENERATION)
-        values = {name: _json_value(ExecutionState, name, fields[name]) for name in names}
+        values = {name: recordset_value(ExecutionState, name, fields[name]) for name in names}
         terms_rows.append({"ffqn": ffqn, **values, "event_head": head, "event_tail": tail})
     candidates_sql, params = _due_candidates_sql(list(functions), now, limit)
     at = connection.ops.adapt_datetimefield_value(now)
@@ -196,19 +198,10 @@ def _lock_pending_in_one_message(
     return _locked_executions(candidates, locked_events, deployment_id, created)
 
 
-def _json_value(model, name: str, value: Any) -> Any:
-    """A column's value as it goes into a ``json_to_recordset`` document (timestamps as ISO
-    text, as ``Statements.insert`` sends them)."""
-    field = model._meta.get_field(name)
-    return value.isoformat() if isinstance(field, DateTimeField) and value is not None else value
-
-
 @functools.cache
 def _claim_sql(candidates_sql: str, names: tuple[str, ...]) -> str:
-    quote = connection.ops.quote_name
-    fields = [ExecutionState._meta.get_field(name) for name in names]
-    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
-    assignments = ", ".join(f"{quote(f.column)} = t.{quote(f.column)}" for f in fields)
+    record = recordset_columns(ExecutionState, names)
+    assignments = assignments_from(ExecutionState, names, "t")
     return f"""
 WITH c AS ({candidates_sql}),
 t AS (SELECT * FROM json_to_recordset(%s) AS t(ffqn text, {record}, event_head text, event_tail text)),

@@ -650,17 +650,23 @@ def _apply_upgrade(row: ExecutionState, event: ComponentUpgradeFinished) -> set[
     return _set(row, incompatible_digest=event.component_digest)  # §6.5 I
 
 
-def _apply_finish(row, event: Finished, version: int, now: datetime, notes: notify.Notes, after: list) -> set[str]:
-    fields = _set(  # §6.5 E
-        row,
-        state=State.FINISHED,
-        pending_expires_finished=now,
-        executor_id=None,
-        run_id=None,
-        lifecycle=Lifecycle.ACTIVE,
+def finish_fields(event: Finished, now: datetime) -> dict[str, Any]:
+    """The columns a ``Finished`` event sets, besides the version and ``updated_at`` (§6.5
+    E): one definition for ``_apply`` and for a group commit in one message (D70)."""
+    return {
+        "state": State.FINISHED,
+        "pending_expires_finished": now,
+        "executor_id": None,
+        "run_id": None,
+        "lifecycle": Lifecycle.ACTIVE,
         **_NO_WAIT,
-        **{**_NO_LOCK, "result_kind": result_kind_of(event.retval)},
-    )
+        **_NO_LOCK,
+        "result_kind": result_kind_of(event.retval),
+    }
+
+
+def _apply_finish(row, event: Finished, version: int, now: datetime, notes: notify.Notes, after: list) -> set[str]:
+    fields = _set(row, **finish_fields(event, now))
     notes.finished.append(notify.finished_item(row.execution_id, retval_to_json(event.retval)))
     if not row.is_top_level:
         # A child's result always reaches its parent in the same transaction (decisions.md D10).
