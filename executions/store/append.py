@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from executions import errors, notify
 from executions.events import (
     Event,
     Finished,
+    Ok,
     compact_json,
     event_to_json,
     retval_to_json,
@@ -234,37 +235,51 @@ def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetim
     statements = Statements()
     if not statements.can_run_in_own_transaction():
         return {}
-    rows, finished = [], []
     try:
-        for execution_id, item in zip(ids, items, strict=True):
-            event = _bounded_failure(item.event)
-            retval = retval_to_json(event.retval)
-            _json_payload("return value", retval)
-            fields = finish_fields(event, now)
-            finished.append(notify.finished_item(execution_id, retval))
-            rows.append(
-                {
-                    "execution_id": execution_id,
-                    "fence_run_id": item.fence.run_id,
-                    "fence_generation": item.fence.lock_generation,
-                    **{name: recordset_value(ExecutionState, name, value) for name, value in fields.items()},
-                    "json_value": event_to_json(event),
-                }
-            )
-    except errors.StoreError:
+        rows, finished = _finished_rows(ids, items, now)
+    except errors.StoreError:  # a value that cannot be stored: the transaction refuses it alone
         return {}
-    for row, item, chunk in zip(rows, finished, notify.chunk_numbers(finished), strict=True):
-        row.update(item=item, chunk=chunk)
     at = connection.ops.adapt_datetimefield_value(now)
-    statements.add(_finish_sql(tuple(fields)), [compact_json(rows), at, at, notify.FINISHED])
-    written = {execution_id: version for execution_id, version, _ in statements.run_in_own_transaction()}
+    statements.add(_finish_sql(_FINISH_FIELDS), [compact_json(rows), at, at, notify.FINISHED])
+    notify.sent_from(connection.connection)  # before the commit, whose echo it tells apart
+    try:
+        written = {execution_id: version for execution_id, version, _ in statements.run_in_own_transaction()}
+    except IntegrityError as error:
+        raise errors.Conflict(f"constraint violated: {error}") from error
     if written:
-        notify.sent_from(connection.connection)
         notes = notify.Notes(
             finished=[item for item, execution_id in zip(finished, ids, strict=True) if execution_id in written]
         )
         notify.deliver_locally(notes.messages())
     return written
+
+
+def _finished_rows(ids: list[str], items: list[AppendItem], now: datetime) -> tuple[list[dict], list[str]]:
+    """The statement's document, a row per item (its fence, the columns ``finish_fields``
+    sets, its ``Finished`` event and its ``obelisk_finished`` item with the payload it goes
+    in), and those items. Checks each value as ``_apply`` does (``ValidationFailed``)."""
+    rows, finished = [], []
+    for execution_id, item in zip(ids, items, strict=True):
+        event = _bounded_failure(item.event)
+        retval = retval_to_json(event.retval)
+        _json_payload("return value", retval)
+        fields = finish_fields(event, now)
+        finished.append(notify.finished_item(execution_id, retval))
+        rows.append(
+            {
+                "execution_id": execution_id,
+                "fence_run_id": item.fence.run_id,
+                "fence_generation": item.fence.lock_generation,
+                **{name: recordset_value(ExecutionState, name, fields[name]) for name in _FINISH_FIELDS},
+                "json_value": event_to_json(event),
+            }
+        )
+    for row, item, chunk in zip(rows, finished, notify.chunk_numbers(finished), strict=True):
+        row.update(item=item, chunk=chunk)
+    return rows, finished
+
+
+_FINISH_FIELDS = tuple(finish_fields(Finished(retval=Ok(None)), datetime.now(UTC)))
 
 
 @functools.cache
