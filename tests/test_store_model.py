@@ -429,6 +429,50 @@ class StoreMachine(RuleBasedStateMachine):
             assert item.next_version == e.version + 1
             assert item.intermittent_event_count == e.intermittent
 
+    @rule(terms=ACTIVITY_TERMS)
+    def lock_pending_activities(self, terms):
+        """A claim of activities alone: on PostgreSQL outside a transaction, one statement
+        (D69); it must lock exactly what the transaction would."""
+        executor_id, run_id = self.new_run()
+        locked = store.lock_pending(
+            {FFQN: terms}, limit=100, executor_id=executor_id, run_id=run_id, deployment_id=DEPLOYMENT, now=self.now
+        )
+        due = {
+            e.id
+            for e in self.execs.values()
+            if e.ffqn == FFQN and e.state == PENDING and e.lifecycle == ACTIVE and e.at <= self.now
+        }
+        assert {item.execution_id for item in locked} == due
+        for item in locked:
+            e = self.execs[item.execution_id]
+            self.m_lock(e, (executor_id, run_id), terms, new=True)
+            assert item.fence == e.fence
+            assert item.next_version == e.version + 1
+            assert item.intermittent_event_count == e.intermittent
+
+    @precondition(lambda self: self.any_exec(lambda e: e.fences and e.state != FINISHED))
+    @rule(data=st.data(), value=PARAMS)
+    def group_commit(self, data, value):
+        """An executor's group commit (``append_many``) of runs' results, some with a fence
+        that is no longer the lock: each item succeeds or fails on its own. Top-level
+        results go in one statement on PostgreSQL outside a transaction (D70), the others
+        and the refused ones through the transaction."""
+        candidates = [e for e in self.execs.values() if e.fences and e.state != FINISHED]
+        chosen = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=4, unique_by=lambda e: e.id))
+        stale = data.draw(st.lists(st.booleans(), min_size=len(chosen), max_size=len(chosen)))
+        items = []
+        for e, late in zip(chosen, stale, strict=True):
+            self.touched.add(e.id)
+            fence = self.stale_fence(e, 0) if late or e.state != LOCKED else e.fence
+            items.append(store.AppendItem(e.id, None, Finished(retval=Ok(value)), fence))
+        results = store.append_many(items, now=self.now)
+        for e, item, result in zip(chosen, items, results, strict=True):
+            if item.fence == e.fence and e.state == LOCKED:
+                assert result == e.version + 1
+                self.m_finish(e, RK_OK, fenced=True, retval=("ok", exact(value)))
+            else:
+                assert isinstance(result, errors.LockLost), result
+
     @precondition(lambda self: self.execs)
     @rule(index=INDEX, by_holder=st.booleans(), lockable=st.booleans(), terms=ACTIVITY_TERMS)
     def lock_one(self, index, by_holder, lockable, terms):
@@ -885,6 +929,24 @@ def test_store_behaves_like_its_specification_model():
         settings=settings(
             max_examples=50,
             stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_store_outside_a_transaction_behaves_like_its_specification_model():
+    """The same machine with every operation as its own transaction, as workers call the
+    store: on PostgreSQL a claim of activities and a group commit of top-level results are
+    then one statement each (D69, D70) instead of the transaction the test above runs them
+    in, and must leave the store where the model says."""
+    run_state_machine_as_test(
+        StoreMachine,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
