@@ -924,15 +924,7 @@ def test_store_behaves_like_its_specification_model():
     """Random sequences of store operations leave the store exactly where the model of
     spec 000 + decisions says: state, lifecycle, versions, lock generation, holder, times,
     failure count, result, events, responses and the exact parameters."""
-    run_state_machine_as_test(
-        StoreMachine,
-        settings=settings(
-            max_examples=50,
-            stateful_step_count=50,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
-    )
+    _run_machine(examples=50, steps=50)
 
 
 @pytest.mark.postgres_only
@@ -942,11 +934,15 @@ def test_store_outside_a_transaction_behaves_like_its_specification_model():
     store: on PostgreSQL a claim of activities and a group commit of top-level results are
     then one statement each (D69, D70) instead of the transaction the test above runs them
     in, and must leave the store where the model says."""
+    _run_machine(examples=25, steps=40)
+
+
+def _run_machine(*, examples: int, steps: int) -> None:
     run_state_machine_as_test(
         StoreMachine,
         settings=settings(
-            max_examples=25,
-            stateful_step_count=40,
+            max_examples=examples,
+            stateful_step_count=steps,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
