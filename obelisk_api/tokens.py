@@ -41,11 +41,19 @@ def issue(username: str, name: str = "") -> Issued:
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise TokenError(f"no user `{username}`")
-    token = secrets.token_urlsafe(32)
+    token = _new_token()
     record = ApiToken.objects.create(
         user=user, name=name, prefix=token[:PREFIX_CHARS], token_hash=digest(token), created_at=timezone.now()
     )
     return Issued(token, record)
+
+
+def _new_token() -> str:
+    """43 random URL-safe characters, never starting with ``-``: its prefix is given to
+    ``obelisk_token revoke``, where a leading ``-`` would read as an option."""
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
 
 
 def user_of(token: str):

@@ -646,6 +646,20 @@ def test_unknown_routes_and_methods_answer_in_json(api):
 # ---------------------------------------------------------------------------------------
 
 
+def test_a_token_whose_random_text_starts_with_a_dash_is_drawn_again_so_its_prefix_can_be_revoked(
+    operator, capsys, monkeypatch
+):
+    """One token in 64 drawn by ``token_urlsafe`` starts with ``-``; its prefix then read as
+    an option to ``obelisk_token revoke`` (a CI run failed so). Such a draw is drawn again."""
+    draws = iter(["-" + "a" * 42, "b" * 43])
+    monkeypatch.setattr(tokens.secrets, "token_urlsafe", lambda n: next(draws))
+    call_command("obelisk_token", "create", "ada")
+    token = capsys.readouterr().out.strip()
+    assert token == "b" * 43
+    call_command("obelisk_token", "revoke", token[: tokens.PREFIX_CHARS])
+    assert ApiToken.objects.get(prefix=token[: tokens.PREFIX_CHARS]).revoked_at is not None
+
+
 def test_the_token_command_creates_lists_and_revokes(operator, capsys):
     call_command("obelisk_token", "create", "ada", "--name", "ci")
     token = capsys.readouterr().out.strip()
