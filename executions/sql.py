@@ -1,10 +1,12 @@
 """Several statements of one transaction in one round trip (the store's hot paths).
 
-On PostgreSQL a network round trip costs more than the statements it carries, and Django's
-psycopg cursors bind parameters client-side, which lets one ``execute`` carry several
-statements. ``Statements`` collects the writes of a store operation and sends them
-together; SQLite runs in-process, so there they simply run one after another. Values are
-adapted by the model fields themselves (``get_db_prep_save``), as the ORM would.
+On PostgreSQL a network round trip costs more than the statements it carries.
+``Statements`` collects the writes of a store operation and sends them together: inside a
+transaction in psycopg's pipeline mode, each statement prepared (D71); as a transaction of
+its own, either as one statement whose writes are CTEs (``run_as_one_statement``) or as one
+simple-protocol message of several (``run_in_own_transaction``, parameters bound
+client-side). SQLite runs in-process, so there they simply run one after another. Values
+are adapted by the model fields themselves (``get_db_prep_save``), as the ORM would.
 """
 
 from __future__ import annotations
@@ -146,17 +148,63 @@ class Statements:
         assert self.can_run_in_own_transaction()
         return self.run()
 
+    def run_as_one_statement(self) -> list[tuple]:
+        """Run everything collected as ONE statement, in its own transaction: the writes
+        become data-modifying CTEs of the last statement. One statement can be prepared
+        (D71), where a message of several cannot; the server then skips parsing and planning
+        it. The parts share one snapshot and do not see each other's rows, so only a batch
+        of independent writes may go this way (a create: its row, its event, its NOTIFY).
+        Only when ``can_run_in_own_transaction``."""
+        assert self.can_run_in_own_transaction()
+        *writes, (last_sql, last_params) = self._items
+        self._items = []
+        ctes = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(writes))
+        params = [p for _, params in writes for p in params] + last_params
+        with connection.cursor() as cursor:
+            cursor.execute(f"WITH {ctes} {last_sql}" if writes else last_sql, params)
+            return cursor.fetchall() if cursor.description else []
+
     def run(self) -> list[tuple]:
         """Execute everything collected; return the rows of the last statement (if any)."""
         items, self._items = self._items, []
         if not items:
             return []
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
+        if connection.vendor == "postgresql" and len(items) > 1 and connection.in_atomic_block:
+            return _run_pipelined(items)
+        if connection.vendor == "postgresql" and len(items) > 1:
+            with client_side_cursor() as cursor:
                 cursor.execute("; ".join(sql for sql, _ in items), [p for _, params in items for p in params])
                 while cursor.nextset():
                     pass
-            else:
-                for sql, params in items:
-                    cursor.execute(sql, params)
+                return cursor.fetchall() if cursor.description else []
+        with connection.cursor() as cursor:
+            for sql, params in items:
+                cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
+
+
+def _run_pipelined(items: list[tuple[str, list]]) -> list[tuple]:
+    """The statements of an open transaction in one round trip: psycopg's pipeline mode
+    sends them together and reads their results at its end; each is a prepared statement
+    once the connection has run it a few times (D71)."""
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        with connection.connection.pipeline():
+            for sql, params in items:
+                cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def client_side_cursor():
+    """A Django cursor that binds parameters client-side (psycopg's ``ClientCursor``), so
+    one ``execute`` may carry several statements in one simple-protocol message.
+
+    The connection's own cursors bind server-side, so that psycopg prepares the statements
+    a process runs again and again (D71); the extended protocol that needs takes one
+    statement per message."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        # ``_prepare_cursor`` wraps it as ``connection.cursor()`` would: query logging,
+        # ``execute_wrapper``s and Django's database errors.
+        return connection._prepare_cursor(psycopg.ClientCursor(connection.connection))

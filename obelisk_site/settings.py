@@ -130,7 +130,12 @@ def database_from_env(url: str | None) -> dict:
     else:
         config["CONN_MAX_AGE"] = 600
         config["CONN_HEALTH_CHECKS"] = True
-        config.setdefault("OPTIONS", {})["application_name"] = "obelisk"
+        options = config.setdefault("OPTIONS", {})
+        options["application_name"] = "obelisk"
+        # Server-side binding, so psycopg prepares a statement the fifth time a connection
+        # runs it: the server then skips parsing and planning it (D71).
+        options.setdefault("server_side_binding", True)
+        options.setdefault("prepare_threshold", 5)
     return config
 
 

@@ -8,6 +8,7 @@ and SQLite unless marked.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from datetime import timedelta
@@ -894,3 +895,109 @@ def test_only_an_executor_not_running_activities_is_offered_a_workflows_children
     assert offers["busy"] is None
     assert offers["handed while busy"] == ["unlocked", "unlocked"]  # pending at once, for any worker
     assert offers["idle"] is not None and SERVED in offers["idle"].functions
+
+
+@pytest.mark.postgres_only
+def test_a_plain_create_in_one_prepared_statement_makes_what_the_creates_transaction_makes():
+    """D71: outside a transaction, a plain create is ONE statement (its writes are CTEs),
+    which the connection prepares once it has run it a few times. It makes the same row,
+    the same event and the same notification as the create's transaction (inside
+    ``atomic``) makes of a twin execution."""
+    from django.db import transaction
+
+    at = timezone_now()
+    for _ in range(6):  # psycopg prepares a statement the fifth time a connection runs it
+        create(FFQN, [1], now=at)
+    with notify.Listener([notify.PENDING]) as listener, _statements_sent() as creating:
+        in_one_statement = create(FFQN, [1], now=at)
+        assert any(FFQN in note.items for note in listener.wait(5.0))
+    (sql,) = creating
+    assert sql.lstrip().startswith("WITH") and "; " not in sql
+    assert _prepared_statement_count(sql) == 1
+    with transaction.atomic():
+        in_a_transaction = create(FFQN, [1], now=at)
+    assert _row_of(in_one_statement) == _row_of(in_a_transaction)
+    assert _whole_log_of(in_one_statement) == _whole_log_of(in_a_transaction)
+
+
+@pytest.mark.postgres_only
+def test_the_claims_and_results_a_worker_repeats_are_prepared_statements():
+    """D71: the statements a worker runs for every batch (its claim of activities and its
+    group commit of their results) are prepared on its connection after a few batches,
+    so the server no longer parses and plans them."""
+    from executions.ids import new_executor_id, new_run_id
+    from tests.helpers import DEPLOYMENT, TERMS
+
+    for _ in range(6):
+        create(FFQN, [1])
+        with _statements_sent() as running:
+            (locked,) = store.lock_pending(
+                {FFQN: TERMS}, limit=5, executor_id=new_executor_id(), run_id=new_run_id(), deployment_id=DEPLOYMENT
+            )
+            store.append_many([store.AppendItem(locked.execution_id, None, Finished(retval=Ok(1)), locked.fence)])
+    claim, result = running
+    assert _prepared_statement_count(claim) == 1
+    assert _prepared_statement_count(result) == 1
+
+
+@pytest.mark.postgres_only
+def test_a_batch_of_statements_in_a_transaction_that_fails_on_one_changes_nothing():
+    """D71: a transaction's statements go in one pipeline; when one of them fails (here a
+    duplicate id), the caller gets Django's ``IntegrityError`` and none of the batch's
+    writes, nor the rest of the transaction, is kept."""
+    from django.db import IntegrityError, transaction
+
+    from executions.sql import Statements
+
+    existing = create(FFQN, [1])
+    before = ExecutionState.objects.count()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ExecutionState.objects.filter(pk=existing).update(ffqn="changed/in.tx")
+        statements = Statements()
+        statements.update(ExecutionState, [existing], {"max_retries": 7})
+        statements.add(
+            f"INSERT INTO {ExecutionState._meta.db_table} SELECT * FROM {ExecutionState._meta.db_table} "
+            "WHERE execution_id = %s",
+            [existing],
+        )
+        statements.add("SELECT 1")
+        statements.run()
+    row = ExecutionState.objects.get(pk=existing)
+    assert (row.ffqn, row.max_retries) == (FFQN, None)
+    assert ExecutionState.objects.count() == before
+
+
+def _whole_log_of(execution_id: str) -> list[tuple]:
+    """The log as stored, JSON as text, the ``Created`` event too."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT version, created_at, json_value::text, variant, join_set_id, history_event_type,"
+            " consumes_response FROM t_execution_log WHERE execution_id = %s ORDER BY version",
+            [execution_id],
+        )
+        return cursor.fetchall()
+
+
+@contextlib.contextmanager
+def _statements_sent():
+    """The text of each statement this connection sends meanwhile, as the store wrote it."""
+    sent = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield sent
+
+
+def _prepared_statement_count(sql: str) -> int:
+    """How many prepared statements of this connection have the text ``sql`` (psycopg
+    sends ``%s`` as ``$n``)."""
+    import re
+
+    counter = iter(range(1, 10_000))
+    text = re.sub(r"%s", lambda _: f"${next(counter)}", sql)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement = %s", [text])
+        return cursor.fetchone()[0]

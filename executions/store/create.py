@@ -57,13 +57,13 @@ def create(req: CreateRequest, *, now: datetime | None = None) -> CreateOutcome:
 def _create_in_one_message(
     execution_id: ExecutionId, created: Created, now: datetime, statements: Statements
 ) -> CreateOutcome:
-    """The common create (no pause, no parent to check) as one round trip on PostgreSQL:
-    the rows and the NOTIFY, committed together (``Statements.run_in_own_transaction``)."""
+    """The common create (no pause, no parent to check) as one prepared statement on
+    PostgreSQL: the row, its event and the NOTIFY, committed together (D48, D71)."""
     notes = notify.Notes()
     try:
         _create_in_tx(execution_id, created, False, now, notes, statements)
         messages = notes.add_to(statements)
-        statements.run_in_own_transaction()
+        statements.run_as_one_statement()
     except IntegrityError as error:
         return _existing_create(str(execution_id), created, error)
     notify.deliver_locally(messages)
