@@ -1209,6 +1209,29 @@ def test_stub_validation_errors_are_fatal_not_retried(target):
 # ---------------------------------------------------------------------------------------------
 
 
+def test_an_interrupted_run_leaves_its_row_to_the_next_claim_once_its_blocking_write_is_in(monkeypatch):
+    """An Interrupt run ends at a join-next with no response in hand. The write of that
+    join-next hands the row on: blocked, or pending at once when a response came in
+    meanwhile (announced on ``obelisk_pending``). The run's end then writes nothing more to
+    the row. It used to try an ``Unlocked`` (bound to fail: the row is no longer locked),
+    whose transaction held the row for a moment; a claimer woken by the join-next's
+    notification skipped it there (``SKIP LOCKED``) and the workflow waited for the next
+    poll, about half a second."""
+    spec = workflows.fan_out
+    execution_id = create_root(spec, [1, 2, 3])
+    appended = []
+    append = store.append
+
+    def recording_append(execution_id, version, event, **options):
+        appended.append(type(event).__name__)
+        return append(execution_id, version, event, **options)
+
+    monkeypatch.setattr(store, "append", recording_append)
+    run_root(execution_id, spec, None, blocking="interrupt")
+    assert store.get_state(execution_id).state == "blocked_by_join_set"
+    assert "Unlocked" not in appended
+
+
 @pytest.mark.parametrize("blocking", ["interrupt", "await"])
 def test_a_workflow_completes_with_each_child_created_once_and_replays_write_nothing(blocking):
     """Decision 10: Interrupt (a new run after every wait, each replaying the history) and

@@ -313,19 +313,28 @@ def _run(
     try:
         with capturing(locked.execution_id, locked.fence.run_id, lambda: history.is_replaying):
             outcome = _call(spec, ctx, locked)
-            _finish(locked, history, outcome)
+            _finish(locked, history, outcome, awaits=waiter is not None)
     finally:
         if waiter is not None:
             waiter.close()
 
 
-def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None) -> None:
+def _finish(
+    locked: store.LockedExecution, history: EventHistory, outcome: Event | None, *, awaits: bool = True
+) -> None:
     """Finalize (close the open join sets, check the replay was complete), then append the
-    outcome with the run's fence."""
+    outcome with the run's fence.
+
+    An interrupt ends the run at a join-next that was written. Under Interrupt that write
+    handed the row on (blocked, or pending now), so the run leaves it alone: a transaction
+    on the row here would make a claimer woken by that write skip it (``SKIP LOCKED``) and
+    the workflow wait for the next poll (D72). An Await run cut short (the worker stops)
+    hands back what its lock still holds."""
     try:
         history.finalize()
     except WorkflowInterrupt:
-        _release_if_locked(locked, "interrupted while locked: worker is stopping")
+        if awaits:
+            _release_if_locked(locked, "interrupted while locked: worker is stopping")
         return
     except WriteFailed as failed:
         if isinstance(failed.__cause__, errors.LockLost):
