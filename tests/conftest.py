@@ -21,11 +21,14 @@ def on_postgres():
 
 @pytest.fixture(scope="session", autouse=True)
 def _close_listen_connection(django_db_setup, django_db_blocker):
-    """The LISTEN connection must be gone before pytest-django drops the test database."""
+    """The LISTEN connection, and the connections idle workflow threads keep (D73), must be
+    gone before pytest-django drops the test database."""
     yield
     from executions import notify
+    from workers.workflow_runner import retire_idle_threads
 
     notify.stop_listening()
+    retire_idle_threads()
 
 
 @pytest.fixture(scope="session")

@@ -72,7 +72,14 @@ from workers.replay import (
     StubConflict,
     WorkflowInterrupt,
 )
-from workers.workflow_runner import StoreCanceller, StoreLease, StoreWaiter, StoreWriter, run_workflow
+from workers.workflow_runner import (
+    StoreCanceller,
+    StoreLease,
+    StoreWaiter,
+    StoreWriter,
+    WorkflowPool,
+    run_workflow,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -1207,6 +1214,38 @@ def test_stub_validation_errors_are_fatal_not_retried(target):
 # ---------------------------------------------------------------------------------------------
 # Whole workflows through ``run_workflow``: both strategies give the same results
 # ---------------------------------------------------------------------------------------------
+
+
+def test_a_workflow_thread_runs_the_next_run_on_the_same_connection_and_retires_when_idle():
+    """D73: a pool thread that ended a run takes the next one (Django's connections are per
+    thread, so the run has the first one's connection, kept open); told to retire, the
+    idle threads are gone."""
+    spec = workflows.where_it_ran
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    first, second = create_root(spec, 1), create_root(spec, 2)
+    for execution_id in (first, second):
+        pool.start(lock_when_due(execution_id, spec), spec, DEPLOYMENT)
+        pool.join(SAFETY)
+    assert (result(first), result(second)) == (Ok(1), Ok(2))
+    assert len(set(workflows.RAN_ON[-2:])) == 1
+    pool.retire_idle(SAFETY)
+    assert pool.free() == 2 and pool._threads == 0
+
+
+def test_the_workflow_pool_runs_every_run_it_is_given_while_idle_threads_come_and_go():
+    """D73: a run handed to the pool is always run, by an idle thread or a new one, while
+    idle threads keep retiring (here they wait one millisecond for a run)."""
+    spec = workflows.where_it_ran
+    pool = WorkflowPool(size=64, idle_seconds=0.001)
+    ids = [create_root(spec, i) for i in range(40)]
+    for index, execution_id in enumerate(ids):
+        pool.start(lock_when_due(execution_id, spec), spec, DEPLOYMENT)
+        if index % 3 == 0:
+            time.sleep(0.002)  # some threads go idle and retire meanwhile
+    pool.join(SAFETY)
+    assert [result(execution_id) for execution_id in ids] == [Ok(i) for i in range(40)]
+    assert pool.free() == 64
+    pool.retire_idle(SAFETY)
 
 
 def test_an_interrupted_run_leaves_its_row_to_the_next_claim_once_its_blocking_write_is_in(monkeypatch):

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import secrets
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -114,6 +115,16 @@ def child_workflow(ctx, x: int) -> int:
 @workflow(name="test:wf/flows.failing-child", lock_duration=LOCK)
 def failing_child(ctx, x: int) -> int:
     raise ValueError(f"child trap {x}")
+
+
+RAN_ON: list[int] = []  # the thread of every run of ``where_it_ran`` (a side channel)
+
+
+@workflow(name="test:wf/flows.where-it-ran", lock_duration=LOCK)
+def where_it_ran(ctx, x: int) -> int:
+    """Notes the thread its run ran on (the workflow pool's tests)."""
+    RAN_ON.append(threading.get_ident())
+    return x
 
 
 DRAWS: list[dict] = []  # what every run of ``draws`` computed (a side channel for the test)

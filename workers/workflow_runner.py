@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import linecache
 import logging
+import queue
 import sys
 import sysconfig
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -279,16 +281,26 @@ class StoreLease:
 
 
 def run_workflow(
-    locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str, children: ChildRunner | None = None
+    locked: store.LockedExecution,
+    spec: ActivityFunction,
+    deployment_id: str,
+    children: ChildRunner | None = None,
+    *,
+    keep_connection: bool = False,
 ) -> None:
-    """One run of a workflow, from the start of the function to its end or interruption."""
+    """One run of a workflow, from the start of the function to its end or interruption.
+    The thread's database connection is closed afterwards, unless ``keep_connection`` (the
+    pool's threads keep it for their next run; a broken one is closed all the same)."""
     try:
         with heartbeat.running(), telemetry.workflow_run(locked):
             _run(locked, spec, deployment_id, children)
     except Exception:
         logger.exception("workflow run of %s failed; its lock expires and it runs again", locked.execution_id)
     finally:
-        connection.close()  # runs live in pool threads: no idle connection per thread
+        if keep_connection:
+            connection.close_if_unusable_or_obsolete()
+        else:
+            connection.close()
 
 
 def _run(
@@ -391,32 +403,96 @@ def _release_if_locked(locked: store.LockedExecution, reason: str) -> None:
 
 
 class WorkflowPool:
-    """The worker process's workflow runs, each in a thread of its own (at most ``size``);
-    ``children``: the process's activity executor, which may run their children (D65)."""
+    """The worker process's workflow runs, each in a thread of its own, at most ``size`` at
+    once; ``children``: the process's activity executor, which may run their children (D65).
 
-    def __init__(self, size: int = 8, children: ChildRunner | None = None):
+    A thread that ended a run waits up to ``idle_seconds`` for the next one and keeps its
+    database connection meanwhile: the next run of an Interrupt workflow (every call is a
+    run), or of another workflow, starts on a warm connection whose statements are prepared,
+    instead of opening a connection per run (D73). An idle thread retires, closing it."""
+
+    def __init__(self, size: int = 8, children: ChildRunner | None = None, idle_seconds: float = 2.0):
         self.size = size
         self.children = children
-        self._running: set[threading.Thread] = set()
-        self._lock = threading.Lock()
+        self.idle_seconds = idle_seconds
+        self._runs: queue.SimpleQueue = queue.SimpleQueue()
+        self._state = threading.Condition()
+        self._busy = 0  # runs started and not ended
+        self._idle = 0  # threads waiting for a run that none was promised to
+        self._threads = 0  # threads alive
+        _POOLS.add(self)
 
     def free(self) -> int:
-        with self._lock:
-            self._running = {thread for thread in self._running if thread.is_alive()}
-            return self.size - len(self._running)
+        with self._state:
+            return self.size - self._busy
 
     def start(self, locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
-        thread = threading.Thread(
-            target=run_workflow,
-            args=(locked, spec, deployment_id, self.children),
-            name=f"workflow {locked.execution_id}",
-            daemon=True,
-        )
-        with self._lock:
-            self._running.add(thread)
-        thread.start()
+        with self._state:
+            self._busy += 1
+            reuse = self._idle > 0
+            if reuse:
+                self._idle -= 1  # promised this run: it takes it from the queue
+        self._runs.put((locked, spec, deployment_id))
+        if not reuse:
+            with self._state:
+                self._threads += 1
+            threading.Thread(target=self._serve, name=f"workflow {locked.execution_id}", daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            while (run := self._next_run()) is not None:
+                locked, spec, deployment_id = run
+                threading.current_thread().name = f"workflow {locked.execution_id}"
+                try:
+                    run_workflow(locked, spec, deployment_id, self.children, keep_connection=True)
+                finally:
+                    with self._state:
+                        self._busy -= 1
+                        self._idle += 1
+                        self._state.notify_all()
+        finally:
+            connection.close()
+            with self._state:
+                self._threads -= 1
+                self._state.notify_all()
+
+    def _next_run(self) -> tuple | None:
+        """The next run for this thread; None when it retires: told to, or it waited
+        ``idle_seconds`` and no run was promised to it (every run put in the queue has a
+        thread to take it)."""
+        while True:
+            try:
+                return self._runs.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._state:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return None
+
+    def retire_idle(self, timeout: float = 5.0) -> None:
+        """Send every idle thread away now and wait (up to ``timeout`` seconds) until they
+        have closed their connections (tests: before the test database is dropped)."""
+        with self._state:
+            idle, self._idle = self._idle, 0  # each is promised a None: it retires
+        for _ in range(idle):
+            self._runs.put(None)
+        deadline = time.monotonic() + timeout
+        with self._state:
+            while self._threads > self._busy and (left := deadline - time.monotonic()) > 0:
+                self._state.wait(left)
 
     def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the runs under way to end."""
         deadline = time.monotonic() + timeout
-        for thread in list(self._running):
-            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._state:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
+                self._state.wait(left)
+
+
+_POOLS: weakref.WeakSet[WorkflowPool] = weakref.WeakSet()
+
+
+def retire_idle_threads() -> None:
+    """``WorkflowPool.retire_idle`` of every pool of this process."""
+    for pool in list(_POOLS):
+        pool.retire_idle()
