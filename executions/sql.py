@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import DateTimeField, Model
 
 from executions.events import compact_json
@@ -186,11 +186,30 @@ class Statements:
 def _run_pipelined(items: list[tuple[str, list]]) -> list[tuple]:
     """The statements of an open transaction in one round trip: psycopg's pipeline mode
     sends them together and reads their results at its end; each is a prepared statement
-    once the connection has run it a few times (D71)."""
+    once the connection has run it a few times (D71).
+
+    A failed statement's error may be read back while a later one is being sent: it is
+    raised from that ``execute``, and then the pipeline's end reports the statements the
+    server skipped after it (``PipelineAborted``). The first error is the one raised. It is
+    caught inside the pipeline's block, because psycopg logs a warning when its pipeline
+    ends under an exception."""
+    import psycopg
+
+    failed = None
     with connection.cursor() as cursor, connection.wrap_database_errors:
-        with connection.connection.pipeline():
-            for sql, params in items:
-                cursor.execute(sql, params)
+        try:
+            with connection.connection.pipeline():
+                for sql, params in items:
+                    try:
+                        cursor.execute(sql, params)
+                    except DatabaseError as error:  # Django's cursor wraps psycopg's errors
+                        failed = error
+                        break
+        except psycopg.Error:
+            if failed is None:
+                raise
+        if failed is not None:
+            raise failed
         return cursor.fetchall() if cursor.description else []
 
 
