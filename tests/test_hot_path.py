@@ -373,6 +373,42 @@ def _wide_join_set(children: int) -> tuple[str, list[str], list[str]]:
 
 
 @pytest.mark.postgres_only
+def test_a_write_that_creates_a_join_set_and_waits_on_it_reads_no_responses():
+    """A direct call (``ctx.call``) is one write: the join set's creation, the child's
+    request and the join-next that waits for it. A response answers a child or a delay of a
+    write already committed, so a join set this very write creates has none: its join-next
+    blocks without reading ``t_join_set_response`` (one query less per call)."""
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from executions.events import ChildExecutionRequest, JoinNext, JoinSetCreate, JoinSetRequest
+    from executions.ids import ExecutionId, JoinSetId
+    from executions.state_machine import State
+    from tests.helpers import ACTIVITY, DEPLOYMENT, create_workflow, history
+
+    workflow = create_workflow()
+    locked = lock(workflow)
+    js = str(JoinSetId("o", "call"))
+    child = str(ExecutionId.parse(workflow).child(JoinSetId.parse(js), 1))
+    request = ChildExecutionRequest(child_execution_id=child, target_ffqn=FFQN, params=[])
+    with CaptureQueriesContext(connection) as writing:
+        store.append_batch_create_new_execution(
+            workflow,
+            locked.next_version,
+            [
+                history(JoinSetCreate(join_set_id=js)),
+                history(JoinSetRequest(join_set_id=js, request=request)),
+                history(JoinNext(join_set_id=js, run_expires_at=timezone.now())),
+            ],
+            [store.CreateRequest(child, FFQN, [], ACTIVITY, DEPLOYMENT, parent=(workflow, js))],
+            fence=locked.fence,
+        )
+    assert not [q["sql"] for q in writing.captured_queries if "FROM t_join_set_response" in q["sql"]]
+    assert store.get_state(workflow).state == State.BLOCKED_BY_JOIN_SET
+    finish(child, 7)
+    assert store.get_state(workflow).state == State.PENDING_AT  # the response still wakes it
+
+
 def test_a_wide_join_set_is_created_and_answered_with_a_statement_per_table_not_per_child():
     """A workflow's write that starts 40 children inserts their rows with one statement per
     table; a group commit that finishes them inserts their 40 responses with one statement,

@@ -25,6 +25,7 @@ from executions.events import (
     Event,
     ExecutionFailure,
     Finished,
+    HistoryEventRecord,
     JoinNext,
     JoinNextTry,
     JoinSetCreate,
@@ -377,6 +378,8 @@ def _apply(
         _check_version(row, version)
         effect = decide(kind, row.state, row.lifecycle)
     stored_json = _validate(row, effect, event, unconsumed)
+    if unconsumed is not None and isinstance(event, HistoryEventRecord) and isinstance(event.event, JoinSetCreate):
+        unconsumed.created(event.event.join_set_id)
 
     fields = {"corresponding_version", "updated_at"}
     after: list = []
@@ -557,6 +560,12 @@ class _Unconsumed:
 
     def take(self, join_set_id: str) -> None:
         self._taken[join_set_id] += 1
+
+    def created(self, join_set_id: str) -> None:
+        """A join set this very write creates: it has no responses, since a response answers
+        a child or a delay of a write already committed; its join-nexts read none (one query
+        less per direct call, whose one write creates the join set and waits on it)."""
+        self._times.setdefault(join_set_id, [])
 
     def _read(self, join_set_id: str) -> list[datetime]:
         params = [self.execution_id, join_set_id, self.execution_id, join_set_id]
