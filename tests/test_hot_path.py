@@ -372,7 +372,6 @@ def _wide_join_set(children: int) -> tuple[str, list[str], list[str]]:
     return workflow, ids, [q["sql"] for q in writing.captured_queries]
 
 
-@pytest.mark.postgres_only
 def test_a_write_that_creates_a_join_set_and_waits_on_it_reads_no_responses():
     """A direct call (``ctx.call``) is one write: the join set's creation, the child's
     request and the join-next that waits for it. A response answers a child or a delay of a
@@ -409,6 +408,7 @@ def test_a_write_that_creates_a_join_set_and_waits_on_it_reads_no_responses():
     assert store.get_state(workflow).state == State.PENDING_AT  # the response still wakes it
 
 
+@pytest.mark.postgres_only
 def test_a_wide_join_set_is_created_and_answered_with_a_statement_per_table_not_per_child():
     """A workflow's write that starts 40 children inserts their rows with one statement per
     table; a group commit that finishes them inserts their 40 responses with one statement,
