@@ -54,12 +54,39 @@ class _InsertShape:
         table = _quote(model._meta.db_table)
         suffix = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
         if vendor == "postgresql":
-            record = ", ".join(f"{_quote(f.column)} {f.db_type(connection)}" for f in fields)
+            record = recordset_columns(model, names)
             sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_to_recordset(%s) AS r({record}){suffix}"
-            encoders = tuple((f.column, f.attname, _iso if isinstance(f, DateTimeField) else _identity) for f in fields)
+            encoders = tuple((f.column, f.attname, _encoder(f)) for f in fields)
             return _InsertShape(vendor, sql, fields, encoders=encoders)
         row = "(" + ", ".join(["%s"] * len(fields)) + ")"
         return _InsertShape(vendor, f"INSERT INTO {table} ({columns}) VALUES ", fields, row=row, suffix=suffix)
+
+
+@functools.cache
+def recordset_columns(model: type[Model], names: tuple[str, ...]) -> str:
+    """The typed columns of the fields ``names`` for ``json_to_recordset(...) AS r(...)``."""
+    return ", ".join(f"{_quote(f.column)} {f.db_type(connection)}" for f in map(model._meta.get_field, names))
+
+
+def recordset_values(model: type[Model], names: tuple[str, ...], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` of the fields ``names`` as a row of a ``json_to_recordset`` document goes,
+    by column: timestamps as ISO text, as ``Statements.insert`` sends them."""
+    return {column: encode(values[name]) for name, (column, encode) in zip(names, _encoders(model, names), strict=True)}
+
+
+@functools.cache
+def _encoders(model: type[Model], names: tuple[str, ...]) -> tuple:
+    return tuple((f.column, _encoder(f)) for f in map(model._meta.get_field, names))
+
+
+@functools.cache
+def assignments_from(model: type[Model], names: tuple[str, ...], source: str) -> str:
+    """``col = source.col, ...`` of the fields ``names``, for an ``UPDATE … FROM`` a recordset."""
+    return ", ".join(f"{_quote(f.column)} = {source}.{_quote(f.column)}" for f in map(model._meta.get_field, names))
+
+
+def _encoder(field):
+    return _iso if isinstance(field, DateTimeField) else _identity
 
 
 @functools.cache

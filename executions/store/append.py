@@ -24,7 +24,7 @@ from executions.models import (
     ExecutionEvent,
     ExecutionState,
 )
-from executions.sql import Statements
+from executions.sql import Statements, assignments_from, recordset_columns, recordset_values
 from executions.state_machine import State
 from executions.store.common import (
     EVENT_FIELDS,
@@ -35,9 +35,6 @@ from executions.store.common import (
     _row_for_update,
     _rows_for_update,
     _write_transaction,
-    assignments_from,
-    recordset_columns,
-    recordset_value,
 )
 from executions.store.datatypes import (
     AppendItem,
@@ -270,7 +267,7 @@ def _finished_rows(ids: list[str], items: list[AppendItem], now: datetime) -> tu
                 "execution_id": execution_id,
                 "fence_run_id": item.fence.run_id,
                 "fence_generation": item.fence.lock_generation,
-                **{name: recordset_value(ExecutionState, name, fields[name]) for name in _FINISH_FIELDS},
+                **recordset_values(ExecutionState, _FINISH_FIELDS, fields),
                 "json_value": event_to_json(event),
             }
         )

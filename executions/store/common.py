@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import DateTimeField
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -181,25 +180,6 @@ def _rows_for_update(execution_ids, *, then=()) -> dict[str, ExecutionState]:
         order, params = f"execution_id {first} DESC, execution_id", params + first_params
     sql = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id {where} ORDER BY {order}{lock}"
     return {row.pk: row for row in load_rows(ExecutionState, sql, params)}
-
-
-def recordset_value(model, name: str, value: Any) -> Any:
-    """A column's value as it goes into a ``json_to_recordset`` document (timestamps as ISO
-    text, as ``Statements.insert`` sends them)."""
-    field = model._meta.get_field(name)
-    return value.isoformat() if isinstance(field, DateTimeField) and value is not None else value
-
-
-def recordset_columns(model, names: tuple[str, ...]) -> str:
-    """The typed columns of ``names`` for ``json_to_recordset(...) AS r(...)``."""
-    quote = connection.ops.quote_name
-    return ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in map(model._meta.get_field, names))
-
-
-def assignments_from(model, names: tuple[str, ...], source: str) -> str:
-    """``col = source.col, ...`` of ``names``, for an ``UPDATE … FROM`` a recordset."""
-    quote = connection.ops.quote_name
-    return ", ".join(f"{quote(f.column)} = {source}.{quote(f.column)}" for f in map(model._meta.get_field, names))
 
 
 def _row_for_update(execution_id: str) -> ExecutionState:

@@ -28,7 +28,7 @@ from executions.models import (
     ExecutionEvent,
     ExecutionState,
 )
-from executions.sql import Statements, in_list
+from executions.sql import Statements, assignments_from, in_list, recordset_columns, recordset_values
 from executions.state_machine import (
     Lifecycle,
     State,
@@ -40,10 +40,7 @@ from executions.store.common import (
     _now,
     _row_for_update,
     _write_transaction,
-    assignments_from,
     new_instance,
-    recordset_columns,
-    recordset_value,
 )
 from executions.store.datatypes import Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
@@ -174,7 +171,7 @@ def _lock_pending_in_one_message(
         names = tuple(sorted(fields))
         body = {Locked.VARIANT: {**event_to_json(locked)[Locked.VARIANT], "lock_generation": -1}}
         head, tail = compact_json(body).split(_GENERATION)
-        values = {name: recordset_value(ExecutionState, name, fields[name]) for name in names}
+        values = recordset_values(ExecutionState, names, fields)
         terms_rows.append({"ffqn": ffqn, **values, "event_head": head, "event_tail": tail})
     candidates_sql, params = _due_candidates_sql(list(functions), now, limit)
     at = connection.ops.adapt_datetimefield_value(now)
