@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import DatabaseError, connection
 from django.db.models import DateTimeField, Model
 
@@ -220,8 +221,6 @@ def _run_pipelined(items: list[tuple[str, list]]) -> list[tuple]:
     server skipped after it (``PipelineAborted``). The first error is the one raised. It is
     caught inside the pipeline's block, because psycopg logs a warning when its pipeline
     ends under an exception."""
-    import psycopg
-
     failed = None
     with connection.cursor() as cursor, connection.wrap_database_errors:
         try:
@@ -247,8 +246,6 @@ def client_side_cursor():
     The connection's own cursors bind server-side, so that psycopg prepares the statements
     a process runs again and again (D71); the extended protocol that needs takes one
     statement per message."""
-    import psycopg
-
     connection.ensure_connection()
     with connection.wrap_database_errors:
         # ``_prepare_cursor`` wraps it as ``connection.cursor()`` would: query logging,

@@ -331,9 +331,7 @@ def _run(
             waiter.close()
 
 
-def _finish(
-    locked: store.LockedExecution, history: EventHistory, outcome: Event | None, *, awaits: bool = True
-) -> None:
+def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None, *, awaits: bool) -> None:
     """Finalize (close the open join sets, check the replay was complete), then append the
     outcome with the run's fence.
 
@@ -432,10 +430,10 @@ class WorkflowPool:
             reuse = self._idle > 0
             if reuse:
                 self._idle -= 1  # promised this run: it takes it from the queue
+            else:
+                self._threads += 1
         self._runs.put((locked, spec, deployment_id))
         if not reuse:
-            with self._state:
-                self._threads += 1
             threading.Thread(target=self._serve, name=f"workflow {locked.execution_id}", daemon=True).start()
 
     def _serve(self) -> None:
@@ -476,17 +474,13 @@ class WorkflowPool:
             idle, self._idle = self._idle, 0  # each is promised a None: it retires
         for _ in range(idle):
             self._runs.put(None)
-        deadline = time.monotonic() + timeout
         with self._state:
-            while self._threads > self._busy and (left := deadline - time.monotonic()) > 0:
-                self._state.wait(left)
+            self._state.wait_for(lambda: self._threads <= self._busy, timeout)
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the runs under way to end."""
-        deadline = time.monotonic() + timeout
         with self._state:
-            while self._busy and (left := deadline - time.monotonic()) > 0:
-                self._state.wait(left)
+            self._state.wait_for(lambda: not self._busy, timeout)
 
 
 _POOLS: weakref.WeakSet[WorkflowPool] = weakref.WeakSet()
