@@ -3,7 +3,7 @@
 Only ``executions.store`` writes these tables. Differences from the seed, all deliberate
 (``docs/decisions.md``): surrogate ``id`` keys where the seed has composite keys (the admin
 and foreign keys need a single column), foreign keys from every per-execution table to
-``t_state``, check constraints for the state/lifecycle combinations of spec 000 §4,
+``t_state`` (enforced by the database except on the two hot append-only tables, D75), check constraints for the state/lifecycle combinations of spec 000 §4,
 component digests stored as ``sha256:<hex>`` text, ``lock_generation`` for fencing
 (spec 004 §5.1) and ``consumes_response`` for join-next counting (decision 9).
 """
@@ -150,8 +150,14 @@ class ExecutionState(StateWords, models.Model):
 class ExecutionEvent(models.Model):
     """``t_execution_log``: the append-only event log, versions contiguous from 0 (``Created``)."""
 
+    # No constraint in the database (D75): only the store writes here, under the row's lock.
     execution = models.ForeignKey(
-        ExecutionState, on_delete=models.CASCADE, db_column="execution_id", related_name="events", db_index=False
+        ExecutionState,
+        on_delete=models.CASCADE,
+        db_column="execution_id",
+        related_name="events",
+        db_index=False,
+        db_constraint=False,
     )
     version = models.BigIntegerField()
     created_at = models.DateTimeField()
@@ -211,6 +217,7 @@ class JoinSetResponse(models.Model):
         db_column="execution_id",
         related_name="responses",
         db_index=False,
+        db_constraint=False,  # D75, as the log's
         help_text="The parent (receiving) execution.",
     )
     join_set_id = models.CharField(max_length=512)
@@ -224,6 +231,7 @@ class JoinSetResponse(models.Model):
         null=True,
         blank=True,
         db_index=False,
+        db_constraint=False,  # D75
     )
     finished_version = models.BigIntegerField(null=True, blank=True)
     seq = models.BigIntegerField(help_text="Per-parent ordinal from 1: the response cursor.")

@@ -1058,3 +1058,38 @@ def test_a_claims_prepared_statement_finds_due_work_through_the_partial_index_of
             cursor.execute("RESET plan_cache_mode")
             cursor.execute("DEALLOCATE claim_probe")
     assert "t_state_pending_ffqn" in plan, plan
+
+
+def _foreign_keys_to_state(table: str) -> set[str]:
+    """The columns of ``table`` that the database checks against ``t_state``."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"PRAGMA foreign_key_list({table})")
+            return {row[3] for row in cursor.fetchall() if row[2] == "t_state"}
+        cursor.execute(
+            "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a"
+            " ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)"
+            " WHERE c.contype = 'f' AND c.conrelid = %s::regclass AND c.confrelid = 't_state'::regclass",
+            [table],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_the_store_alone_keeps_the_log_and_responses_free_of_orphans_without_a_foreign_key_check():
+    """D75: the two append-only tables every call writes carry no foreign key check (it cost
+    an extra lookup of the state row per inserted row, at commit); the other per-execution
+    tables keep theirs. An event or a result for an execution that does not exist is still
+    refused by the store and leaves no row."""
+    assert _foreign_keys_to_state("t_execution_log") == set()
+    assert _foreign_keys_to_state("t_join_set_response") == set()
+    assert _foreign_keys_to_state("t_delay") == {"execution_id"}
+
+    missing = create()
+    ExecutionEvent.objects.filter(execution_id=missing).delete()
+    ExecutionState.objects.filter(execution_id=missing).delete()
+    with pytest.raises(errors.NotFound):
+        store.append(missing, 1, Unlocked(backoff_expires_at=timezone_now(), reason="gone"))
+    fence = store.Fence(run_id="Run_01M91XDCDBC8N68QNF40XAJFF4", lock_generation=1)
+    [refused] = store.append_many([store.AppendItem(missing, None, Finished(retval=Ok(1)), fence=fence)])
+    assert isinstance(refused, errors.NotFound)
+    assert not ExecutionEvent.objects.filter(execution_id=missing).exists()
