@@ -477,3 +477,26 @@ def test_clusters_race_for_the_same_executions(own_clusters, tmp_path):
     assert None not in by_cluster  # every pid is a live worker of one of the three clusters
     assert len(pids) >= 2, f"only one worker process did all the work: {by_cluster}"
     assert len(by_cluster) >= 2, f"only one cluster did all the work: {by_cluster}"
+
+
+def test_the_watchdog_outlives_a_failure_to_close_its_idle_connection(monkeypatch):
+    """ "Never let the watchdog die": after each idle step the watchdog closes its connection
+    if it broke or grew old. A failure there (a broken connection whose close fails too) is
+    retried at the next step; it must not end the thread, or that process would renew no
+    lock and enforce no deadline again."""
+    from django.db import DatabaseError
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from workers.runner import Watchdog
+
+    closes = []
+
+    def failing_close(self):
+        closes.append(self)
+        raise DatabaseError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(BaseDatabaseWrapper, "close_if_unusable_or_obsolete", failing_close)
+    watchdog = Watchdog()
+    watchdog._step()
+    watchdog._step()
+    assert len(closes) == 2

@@ -95,6 +95,15 @@ class WatchedRun:
         self.closed = False
 
 
+def _close_if_unusable_or_obsolete() -> None:
+    """Close this thread's connection if it broke or grew old. A failure to close it is
+    retried at the next call: it must never end the watchdog's thread."""
+    try:
+        connection.close_if_unusable_or_obsolete()
+    except Exception as error:  # e.g. closing a broken connection failed as well
+        logger.debug("watchdog: closing its idle connection failed: %s", error)
+
+
 class Watchdog:
     """One per process: enforces deadlines, renews locks, delivers cancellations, and
     carries out a stop (``workers.shutdown``)."""
@@ -165,17 +174,20 @@ class Watchdog:
 
     def _loop(self) -> None:
         while True:
-            try:
-                self._tick()
-                self._outage.recovered()
-            except DATABASE_ERRORS as error:
-                time.sleep(self._outage.failed(error))
-            except Exception:  # never let the watchdog die
-                logger.exception("watchdog tick failed")
-                time.sleep(0.1)
-            finally:
-                if self.run is None:
-                    connection.close_if_unusable_or_obsolete()
+            self._step()
+
+    def _step(self) -> None:
+        try:
+            self._tick()
+            self._outage.recovered()
+        except DATABASE_ERRORS as error:
+            time.sleep(self._outage.failed(error))
+        except Exception:  # never let the watchdog die
+            logger.exception("watchdog tick failed")
+            time.sleep(0.1)
+        finally:
+            if self.run is None:
+                _close_if_unusable_or_obsolete()
 
     def _tick(self) -> None:
         self._check_stop()
