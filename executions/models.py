@@ -3,9 +3,10 @@
 Only ``executions.store`` writes these tables. Differences from the seed, all deliberate
 (``docs/decisions.md``): surrogate ``id`` keys where the seed has composite keys (the admin
 and foreign keys need a single column), foreign keys from every per-execution table to
-``t_state`` (enforced by the database except on the two hot append-only tables, D75), check constraints for the state/lifecycle combinations of spec 000 §4,
-component digests stored as ``sha256:<hex>`` text, ``lock_generation`` for fencing
-(spec 004 §5.1) and ``consumes_response`` for join-next counting (decision 9).
+``t_state`` (checked by the database except on the two hot append-only tables, D75), check
+constraints for the state/lifecycle combinations of spec 000 §4, component digests stored as
+``sha256:<hex>`` text, ``lock_generation`` for fencing (spec 004 §5.1) and
+``consumes_response`` for join-next counting (decision 9).
 """
 
 import json

@@ -69,6 +69,17 @@ class Outage:
         time.sleep(self.failed(error))
 
 
+def close_if_unusable_or_obsolete() -> None:
+    """Django's ``close_if_unusable_or_obsolete`` for a thread that must outlive it (the
+    watchdog, a workflow pool's thread): close this thread's connection if it broke or grew
+    old, and never raise. A failure to close it (a broken connection whose close fails too)
+    is retried at the next call."""
+    try:
+        connection.close_if_unusable_or_obsolete()
+    except Exception as error:
+        logging.getLogger(__name__).debug("closing an idle connection failed: %s", error)
+
+
 def _discard_connection() -> None:
     """A broken connection is useless: the next call must open a fresh one."""
     try:

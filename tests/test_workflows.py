@@ -1232,6 +1232,27 @@ def test_a_workflow_thread_runs_the_next_run_on_the_same_connection_and_retires_
     assert pool.free() == 2 and pool._threads == 0
 
 
+def test_a_workflow_thread_whose_connection_fails_to_close_still_takes_the_next_run(monkeypatch):
+    """After a run, the pool thread closes its connection if it broke. A failure there (a
+    broken connection whose close fails too) must not end the thread: the pool counts it
+    idle and promises it the next run, which would then wait in the queue forever."""
+    from django.db import DatabaseError
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    def failing_close(self):
+        raise DatabaseError("server closed the connection unexpectedly")
+
+    spec = workflows.where_it_ran
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    first, second = create_root(spec, 1), create_root(spec, 2)
+    monkeypatch.setattr(BaseDatabaseWrapper, "close_if_unusable_or_obsolete", failing_close)
+    for execution_id in (first, second):
+        pool.start(lock_when_due(execution_id, spec), spec, DEPLOYMENT)
+        pool.join(SAFETY)
+    assert (result(first), result(second)) == (Ok(1), Ok(2))
+    pool.retire_idle(SAFETY)
+
+
 def test_the_workflow_pool_runs_every_run_it_is_given_while_idle_threads_come_and_go():
     """D73: a run handed to the pool is always run, by an idle thread or a new one, while
     idle threads keep retiring (here they wait one millisecond for a run)."""

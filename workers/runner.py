@@ -41,7 +41,7 @@ from pydantic import TypeAdapter
 
 from executions import conf, errors, store
 from executions.events import Err, Event, ExecutionFailure, Finished, Ok, Unlocked
-from executions.outage import DATABASE_ERRORS, Outage
+from executions.outage import DATABASE_ERRORS, Outage, close_if_unusable_or_obsolete
 from executions.state_machine import Lifecycle
 from workers import shutdown
 from workers.activity import ActivityContext, ActivityError, running
@@ -93,15 +93,6 @@ class WatchedRun:
         self.flush_at: float | None = None
         self.hand_back_at: float | None = None
         self.closed = False
-
-
-def _close_if_unusable_or_obsolete() -> None:
-    """Close this thread's connection if it broke or grew old. A failure to close it is
-    retried at the next call: it must never end the watchdog's thread."""
-    try:
-        connection.close_if_unusable_or_obsolete()
-    except Exception as error:  # e.g. closing a broken connection failed as well
-        logger.debug("watchdog: closing its idle connection failed: %s", error)
 
 
 class Watchdog:
@@ -187,7 +178,7 @@ class Watchdog:
             time.sleep(0.1)
         finally:
             if self.run is None:
-                _close_if_unusable_or_obsolete()
+                close_if_unusable_or_obsolete()
 
     def _tick(self) -> None:
         self._check_stop()

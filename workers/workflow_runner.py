@@ -42,6 +42,7 @@ from django.utils import timezone
 from executions import errors, notify, store, tracing
 from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Ok, Unlocked
 from executions.ids import ExecutionId
+from executions.outage import close_if_unusable_or_obsolete
 from workers import determinism, heartbeat, shutdown, telemetry
 from workers.activity import ActivityError
 from workers.capture import capturing
@@ -298,7 +299,7 @@ def run_workflow(
         logger.exception("workflow run of %s failed; its lock expires and it runs again", locked.execution_id)
     finally:
         if keep_connection:
-            connection.close_if_unusable_or_obsolete()
+            close_if_unusable_or_obsolete()  # never raises: the pool counts on this thread
         else:
             connection.close()
 
