@@ -1060,6 +1060,57 @@ def test_a_claims_prepared_statement_finds_due_work_through_the_partial_index_of
     assert "t_state_pending_ffqn" in plan, plan
 
 
+@pytest.mark.postgres_only
+def test_a_group_commit_of_results_finds_its_rows_by_id_however_many_executions_are_locked():
+    """The one-message group commit of results (D70) locks its rows through the primary
+    key. Its fence test (state ``locked``) must not let the planner read them through the
+    partial index of every locked row: that reads each execution locked anywhere (and each
+    dead entry a bitmap scan never prunes) at every result, a cost that grows with the
+    number of executions locked, awaiting workflows included. Its generic plan never reads
+    ``t_state_locked_expiry``, not even where that index looks cheapest: a big table with a
+    few rows locked when it was analyzed."""
+    import re
+
+    from executions.events import compact_json
+    from executions.ids import ExecutionId
+    from executions.sql import client_side_cursor
+    from executions.store.append import _FINISH_FIELDS, _finish_sql, _finished_rows
+    from tests.helpers import ACTIVITY, DEPLOYMENT
+
+    now = timezone_now()
+    store.create_many(
+        [
+            store.CreateRequest(
+                execution_id=str(ExecutionId.generate()),
+                ffqn=FFQN,
+                params=[n],
+                component_id=ACTIVITY,
+                deployment_id=DEPLOYMENT,
+            )
+            for n in range(3000)
+        ],
+        now=now,
+    )
+    locked = [lock(create(FFQN, [n], now=now), now=now) for n in range(3)]
+    ids = [locked[0].execution_id]
+    rows, _ = _finished_rows(ids, [store.AppendItem(ids[0], None, Finished(retval=Ok(1)), locked[0].fence)], now)
+    at = connection.ops.adapt_datetimefield_value(now)
+    params = [compact_json(rows), ids, at, at, notify.FINISHED]
+    numbered = iter(range(1, 100))
+    statement = re.sub("%s", lambda _: f"${next(numbered)}", _finish_sql(_FINISH_FIELDS))
+    with client_side_cursor() as cursor:  # the values go into EXECUTE's text
+        cursor.execute("ANALYZE t_state")
+        cursor.execute(f"PREPARE finish_probe AS {statement}")
+        try:
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+            cursor.execute(f"EXPLAIN EXECUTE finish_probe({', '.join(['%s'] * len(params))})", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+            cursor.execute("DEALLOCATE finish_probe")
+    assert "t_state_locked_expiry" not in plan, plan
+
+
 def _foreign_keys_to_state(table: str) -> set[str]:
     """The columns of ``table`` that the database checks against ``t_state``."""
     with connection.cursor() as cursor:

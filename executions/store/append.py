@@ -224,8 +224,9 @@ def _top_level_results(ids: list[str], items: list[AppendItem]) -> bool:
 
 def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetime) -> dict[str, int]:
     """A group commit of top-level results as one statement, sent as its own transaction
-    (D70): the rows whose lock is still the run's (state ``locked``, the fence's run and
-    generation) are locked in id order, finished and logged, and their ``obelisk_finished``
+    (D70): the batch's rows are locked by id, in id order (never through the index of every
+    locked row, D76); those whose lock is still the run's (state ``locked``, the fence's
+    run and generation) are finished and logged, and their ``obelisk_finished``
     notifications sent, by CTEs. Returns the versions written; an item not among them (its
     lock moved on) is left to the transaction, which says why. Nothing is written when an
     item's value cannot be stored: the transaction refuses it on its own."""
@@ -237,7 +238,7 @@ def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetim
     except errors.StoreError:  # a value that cannot be stored: the transaction refuses it alone
         return {}
     at = connection.ops.adapt_datetimefield_value(now)
-    statements.add(_finish_sql(_FINISH_FIELDS), [compact_json(rows), at, at, notify.FINISHED])
+    statements.add(_finish_sql(_FINISH_FIELDS), [compact_json(rows), sorted(ids), at, at, notify.FINISHED])
     notify.sent_from(connection.connection)  # before the commit, whose echo it tells apart
     try:
         written = {execution_id: version for execution_id, version, _ in statements.run_in_own_transaction()}
@@ -286,11 +287,15 @@ WITH v AS (
     SELECT * FROM json_to_recordset(%s) AS v(execution_id text, fence_run_id text, fence_generation bigint,
         {recordset_columns(ExecutionState, names)}, json_value json, item text, chunk integer)
 ),
-c AS (
-    SELECT s.execution_id, s.corresponding_version FROM t_state s JOIN v ON v.execution_id = s.execution_id
-    WHERE s.state = '{State.LOCKED.value}' AND s.run_id = v.fence_run_id AND s.lock_generation = v.fence_generation
+by_id AS (
+    SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation FROM t_state s
+    WHERE s.execution_id = ANY (%s::text[])
     ORDER BY s.execution_id
     FOR UPDATE OF s
+),
+c AS (
+    SELECT s.execution_id, s.corresponding_version FROM by_id s JOIN v ON v.execution_id = s.execution_id
+    WHERE s.state = '{State.LOCKED.value}' AND s.run_id = v.fence_run_id AND s.lock_generation = v.fence_generation
 ),
 finishing AS (
     UPDATE t_state s SET corresponding_version = c.corresponding_version + 1,
