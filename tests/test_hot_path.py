@@ -1040,24 +1040,30 @@ def test_a_claims_prepared_statement_finds_due_work_through_the_partial_index_of
     pending, lifecycle active) are therefore part of its text: its generic plan reads the
     partial index of pending rows (``t_state_pending_ffqn``), never an index of every row of
     the function, which would read every finished execution at each claim."""
+    from executions.store.locking import _due_candidates_sql
+
+    plan = _generic_plan(*_due_candidates_sql([FFQN], timezone_now(), 5))
+    assert "t_state_pending_ffqn" in plan, plan
+
+
+def _generic_plan(sql: str, params: list) -> str:
+    """The plan PostgreSQL gives ``sql`` as the prepared statement a worker runs over and
+    over: a generic plan, made without the parameters' values."""
     import re
 
     from executions.sql import client_side_cursor
-    from executions.store.locking import _due_candidates_sql
 
-    sql, params = _due_candidates_sql([FFQN], timezone_now(), 5)
     numbered = iter(range(1, 100))
     statement = re.sub("%s", lambda _: f"${next(numbered)}", sql)
     with client_side_cursor() as cursor:  # the values go into EXECUTE's text
-        cursor.execute(f"PREPARE claim_probe AS {statement}")
+        cursor.execute(f"PREPARE plan_probe AS {statement}")
         try:
             cursor.execute("SET plan_cache_mode = force_generic_plan")
-            cursor.execute(f"EXPLAIN EXECUTE claim_probe({', '.join(['%s'] * len(params))})", params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute(f"EXPLAIN EXECUTE plan_probe({', '.join(['%s'] * len(params))})", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute("RESET plan_cache_mode")
-            cursor.execute("DEALLOCATE claim_probe")
-    assert "t_state_pending_ffqn" in plan, plan
+            cursor.execute("DEALLOCATE plan_probe")
 
 
 @pytest.mark.postgres_only
@@ -1069,11 +1075,8 @@ def test_a_group_commit_of_results_finds_its_rows_by_id_however_many_executions_
     number of executions locked, awaiting workflows included. Its generic plan never reads
     ``t_state_locked_expiry``, not even where that index looks cheapest: a big table with a
     few rows locked when it was analyzed."""
-    import re
-
     from executions.events import compact_json
     from executions.ids import ExecutionId
-    from executions.sql import client_side_cursor
     from executions.store.append import _FINISH_FIELDS, _finish_sql, _finished_rows
     from tests.helpers import ACTIVITY, DEPLOYMENT
 
@@ -1095,19 +1098,9 @@ def test_a_group_commit_of_results_finds_its_rows_by_id_however_many_executions_
     ids = [locked[0].execution_id]
     rows, _ = _finished_rows(ids, [store.AppendItem(ids[0], None, Finished(retval=Ok(1)), locked[0].fence)], now)
     at = connection.ops.adapt_datetimefield_value(now)
-    params = [compact_json(rows), ids, at, at, notify.FINISHED]
-    numbered = iter(range(1, 100))
-    statement = re.sub("%s", lambda _: f"${next(numbered)}", _finish_sql(_FINISH_FIELDS))
-    with client_side_cursor() as cursor:  # the values go into EXECUTE's text
+    with connection.cursor() as cursor:
         cursor.execute("ANALYZE t_state")
-        cursor.execute(f"PREPARE finish_probe AS {statement}")
-        try:
-            cursor.execute("SET plan_cache_mode = force_generic_plan")
-            cursor.execute(f"EXPLAIN EXECUTE finish_probe({', '.join(['%s'] * len(params))})", params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-        finally:
-            cursor.execute("RESET plan_cache_mode")
-            cursor.execute("DEALLOCATE finish_probe")
+    plan = _generic_plan(_finish_sql(_FINISH_FIELDS), [compact_json(rows), ids, at, at, notify.FINISHED])
     assert "t_state_locked_expiry" not in plan, plan
 
 
