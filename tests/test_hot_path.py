@@ -19,6 +19,7 @@ from django.utils.timezone import now as timezone_now
 
 from executions import errors, notify, store
 from executions.events import Finished, Ok, Unlocked
+from executions.ids import ExecutionId
 from executions.models import ExecutionEvent, ExecutionState
 from tests.helpers import FFQN, create, lock
 
@@ -1039,11 +1040,53 @@ def test_a_claims_prepared_statement_finds_due_work_through_the_partial_index_of
     partial index whose predicate is a parameter. The claim's constant predicates (state
     pending, lifecycle active) are therefore part of its text: its generic plan reads the
     partial index of pending rows (``t_state_pending_ffqn``), never an index of every row of
-    the function, which would read every finished execution at each claim."""
+    the function, which would read every finished execution at each claim. The table is
+    analyzed as such a worker finds it: thousands of finished executions of the function and
+    a few due (statistics of a near-empty table let either index look as cheap)."""
     from executions.store.locking import _due_candidates_sql
 
+    _analyzed_table(finished=3000, pending=3)
     plan = _generic_plan(*_due_candidates_sql([FFQN], timezone_now(), 5))
     assert "t_state_pending_ffqn" in plan, plan
+
+
+def _analyzed_table(*, finished: int = 0, pending: int = 0) -> list[str]:
+    """``finished`` executions of ``FFQN`` run to their end and ``pending`` ones due, all
+    through the store; then ``t_state`` analyzed, so that the planner's statistics describe
+    them. Returns the pending ids."""
+    from executions.ids import new_executor_id, new_run_id
+    from tests.helpers import ACTIVITY, DEPLOYMENT, TERMS
+
+    now = timezone_now()
+
+    def requests(count: int) -> list[store.CreateRequest]:
+        return [
+            store.CreateRequest(
+                execution_id=str(ExecutionId.generate()),
+                ffqn=FFQN,
+                params=[n],
+                component_id=ACTIVITY,
+                deployment_id=DEPLOYMENT,
+            )
+            for n in range(count)
+        ]
+
+    if finished:
+        store.create_many(requests(finished), now=now)
+        claimed = store.lock_pending(
+            {FFQN: TERMS},
+            limit=finished,
+            executor_id=new_executor_id(),
+            run_id=new_run_id(),
+            deployment_id=DEPLOYMENT,
+            now=now,
+        )
+        store.append_many([store.AppendItem(c.execution_id, None, Finished(retval=Ok(1)), c.fence) for c in claimed])
+    pending_requests = requests(pending)
+    store.create_many(pending_requests, now=now)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE t_state")
+    return [r.execution_id for r in pending_requests]
 
 
 def _generic_plan(sql: str, params: list) -> str:
@@ -1073,33 +1116,19 @@ def test_a_group_commit_of_results_finds_its_rows_by_id_however_many_executions_
     partial index of every locked row: that reads each execution locked anywhere (and each
     dead entry a bitmap scan never prunes) at every result, a cost that grows with the
     number of executions locked, awaiting workflows included. Its generic plan never reads
-    ``t_state_locked_expiry``, not even where that index looks cheapest: a big table with a
-    few rows locked when it was analyzed."""
+    ``t_state_locked_expiry``, not even where that index looks cheapest: thousands of rows,
+    a few of them locked when the table was analyzed."""
     from executions.events import compact_json
-    from executions.ids import ExecutionId
     from executions.store.append import _FINISH_FIELDS, _finish_sql, _finished_rows
-    from tests.helpers import ACTIVITY, DEPLOYMENT
 
+    pending = _analyzed_table(finished=3000, pending=3)
     now = timezone_now()
-    store.create_many(
-        [
-            store.CreateRequest(
-                execution_id=str(ExecutionId.generate()),
-                ffqn=FFQN,
-                params=[n],
-                component_id=ACTIVITY,
-                deployment_id=DEPLOYMENT,
-            )
-            for n in range(3000)
-        ],
-        now=now,
-    )
-    locked = [lock(create(FFQN, [n], now=now), now=now) for n in range(3)]
+    locked = [lock(execution_id, now=now) for execution_id in pending]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE t_state")  # as the sweeper's index has them: a few rows locked
     ids = [locked[0].execution_id]
     rows, _ = _finished_rows(ids, [store.AppendItem(ids[0], None, Finished(retval=Ok(1)), locked[0].fence)], now)
     at = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE t_state")
     plan = _generic_plan(_finish_sql(_FINISH_FIELDS), [compact_json(rows), ids, at, at, notify.FINISHED])
     assert "t_state_locked_expiry" not in plan, plan
 
