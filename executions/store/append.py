@@ -238,7 +238,7 @@ def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetim
     except errors.StoreError:  # a value that cannot be stored: the transaction refuses it alone
         return {}
     at = connection.ops.adapt_datetimefield_value(now)
-    statements.add(_finish_sql(_FINISH_FIELDS), [compact_json(rows), sorted(ids), at, at, notify.FINISHED])
+    statements.add(_finish_sql(_FINISH_FIELDS), [compact_json(rows), ids, at, at, notify.FINISHED])
     notify.sent_from(connection.connection)  # before the commit, whose echo it tells apart
     try:
         written = {execution_id: version for execution_id, version, _ in statements.run_in_own_transaction()}
