@@ -1045,15 +1045,15 @@ def test_a_claims_prepared_statement_finds_due_work_through_the_partial_index_of
     a few due (statistics of a near-empty table let either index look as cheap)."""
     from executions.store.locking import _due_candidates_sql
 
-    _analyzed_table(finished=3000, pending=3)
+    _analyzed_table(finished=3000, due=3)
     plan = _generic_plan(*_due_candidates_sql([FFQN], timezone_now(), 5))
     assert "t_state_pending_ffqn" in plan, plan
 
 
-def _analyzed_table(*, finished: int = 0, pending: int = 0) -> list[str]:
-    """``finished`` executions of ``FFQN`` run to their end and ``pending`` ones due, all
-    through the store; then ``t_state`` analyzed, so that the planner's statistics describe
-    them. Returns the pending ids."""
+def _analyzed_table(*, finished: int, due: int = 0, locked: int = 0) -> list[store.LockedExecution]:
+    """``finished`` executions of ``FFQN`` run to their end, ``due`` ones pending and
+    ``locked`` ones locked, all through the store; then ``t_state`` analyzed, so that the
+    planner's statistics describe them. Returns the locked executions."""
     from executions.ids import new_executor_id, new_run_id
     from tests.helpers import ACTIVITY, DEPLOYMENT, TERMS
 
@@ -1071,22 +1071,22 @@ def _analyzed_table(*, finished: int = 0, pending: int = 0) -> list[str]:
             for n in range(count)
         ]
 
-    if finished:
-        store.create_many(requests(finished), now=now)
-        claimed = store.lock_pending(
-            {FFQN: TERMS},
-            limit=finished,
-            executor_id=new_executor_id(),
-            run_id=new_run_id(),
-            deployment_id=DEPLOYMENT,
-            now=now,
-        )
-        store.append_many([store.AppendItem(c.execution_id, None, Finished(retval=Ok(1)), c.fence) for c in claimed])
-    pending_requests = requests(pending)
-    store.create_many(pending_requests, now=now)
+    store.create_many(requests(finished), now=now)
+    claimed = store.lock_pending(
+        {FFQN: TERMS},
+        limit=finished,
+        executor_id=new_executor_id(),
+        run_id=new_run_id(),
+        deployment_id=DEPLOYMENT,
+        now=now,
+    )
+    store.append_many([store.AppendItem(c.execution_id, None, Finished(retval=Ok(1)), c.fence) for c in claimed])
+    unfinished = requests(due + locked)
+    store.create_many(unfinished, now=now)
+    held = [lock(r.execution_id, now=now) for r in unfinished[due:]]
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE t_state")
-    return [r.execution_id for r in pending_requests]
+    return held
 
 
 def _generic_plan(sql: str, params: list) -> str:
@@ -1121,11 +1121,8 @@ def test_a_group_commit_of_results_finds_its_rows_by_id_however_many_executions_
     from executions.events import compact_json
     from executions.store.append import _FINISH_FIELDS, _finish_sql, _finished_rows
 
-    pending = _analyzed_table(finished=3000, pending=3)
+    locked = _analyzed_table(finished=3000, locked=3)
     now = timezone_now()
-    locked = [lock(execution_id, now=now) for execution_id in pending]
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE t_state")  # as the sweeper's index has them: a few rows locked
     ids = [locked[0].execution_id]
     rows, _ = _finished_rows(ids, [store.AppendItem(ids[0], None, Finished(retval=Ok(1)), locked[0].fence)], now)
     at = connection.ops.adapt_datetimefield_value(now)
