@@ -20,6 +20,10 @@ DEFAULTS = {
     # After a database outage the sweep leaves expired locks alone this long, so live
     # workers renew their locks and write their results first.
     "OUTAGE_LOCK_GRACE": timedelta(seconds=5),
+    # An Interrupt workflow run that blocks stays parked in its worker this long, holding a
+    # thread and a connection but no lock, to go on at once if that worker claims it next
+    # (D77). Zero: every run unwinds at once, and the next run replays.
+    "PARKED_RUN_TIMEOUT": timedelta(seconds=10),
     # Where no LISTEN/NOTIFY exists (SQLite), waiters poll this often.
     "POLL_INTERVAL": timedelta(milliseconds=50),
     # Retention: finished top-level executions (with their whole trees and everything that

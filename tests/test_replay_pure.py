@@ -211,6 +211,8 @@ class FakeWaiter:
     """Returns responses the run has not seen; if none, lets the world take one step (a
     response arriving while the run waits); nothing left to happen ends the wait."""
 
+    holds_lock = True  # Await
+
     def __init__(self, store: FakeStore, execution_id: str, world: World | None):
         self.store, self.execution_id, self.world = store, execution_id, world
         self.calls = 0

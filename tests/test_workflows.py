@@ -1269,6 +1269,145 @@ def test_the_workflow_pool_runs_every_run_it_is_given_while_idle_threads_come_an
     pool.retire_idle(SAFETY)
 
 
+# ---------------------------------------------------------------------------------------------
+# Parked Interrupt runs (D77)
+# ---------------------------------------------------------------------------------------------
+
+COUNTED = replace(workflows.counted_calls, blocking="interrupt")
+
+
+def _claim(spec: ActivityFunction, known: dict[str, int] | None = None) -> store.LockedExecution:
+    """The next due execution of ``spec``, claimed as an executor claims (``known``: what
+    its pool's parked runs hold)."""
+    deadline = time.monotonic() + SAFETY
+    while True:
+        claimed = store.lock_pending(
+            {spec.ffqn: terms(spec)},
+            limit=1,
+            executor_id=new_executor_id(),
+            run_id=new_run_id(),
+            deployment_id=DEPLOYMENT,
+            known=known,
+        )
+        if claimed:
+            return claimed[0]
+        assert time.monotonic() < deadline, f"no {spec.ffqn} became due"
+        time.sleep(0.02)
+
+
+def _parked_in(pool: WorkflowPool, execution_id: str) -> dict[str, int]:
+    """The pool's parked versions, once ``execution_id``'s run is among them and its
+    blocking write is in (the row is blocked on its join set)."""
+    deadline = time.monotonic() + SAFETY
+    while execution_id not in pool.parked_versions() or store.get_state(execution_id).state != "blocked_by_join_set":
+        assert time.monotonic() < deadline, "the run never parked"
+        time.sleep(0.01)
+    return pool.parked_versions()
+
+
+def _finish_children(execution_id: str) -> None:
+    """Run the pending children of ``execution_id`` (its direct calls' activities)."""
+    world = World(execution_id)
+    while not world.step():
+        time.sleep(0.01)
+
+
+def _starts(execution_id: str) -> int:
+    return workflows.STARTS.count(execution_id)
+
+
+def test_an_interrupt_run_parked_in_its_worker_goes_on_where_it_was_when_that_worker_claims_it_next():
+    """D77 through an executor, as a worker runs it: every call of an Interrupt workflow
+    blocks and hands its row on; the run parks; the response makes the row pending; the
+    executor's claim finds it where the run left it and hands the run its new lock. The
+    function starts once, every call is a lock of its own, every step is logged once under
+    the lock it ran under, and the log is what a run that replays writes."""
+    from workers.executor import ActivityExecutor
+
+    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    execution_id = create_root(COUNTED, 5)
+    deadline = time.monotonic() + SAFETY
+    while not store.get_state(execution_id).is_finished:
+        assert time.monotonic() < deadline, "the workflow did not finish"
+        executor.claim_and_run(budget=0.3, linger=0.05)
+    executor.workflows.join(SAFETY)
+    executor.workflows.retire_idle(SAFETY)
+    assert result(execution_id) == Ok(15)
+    assert _starts(execution_id) == 1
+    locks = [e for e in events(execution_id) if isinstance(e, Locked)]
+    assert len({lock.run_id for lock in locks}) == 6  # the first run, then one per response
+    assert len(children_of(execution_id)) == 5
+    assert_versions_contiguous(execution_id)
+    logs = [(log.message, log.run_id) for log in store.list_logs(execution_id) if log.message.startswith("step")]
+    assert logs == [(f"step {i}", locks[i].run_id) for i in range(1, 6)]
+
+
+def test_a_parked_run_whose_row_another_worker_took_on_unwinds_and_the_claim_reads_the_history():
+    """Another worker ran the workflow on while the run was parked here. This worker's
+    claim, told of the parked run's version, finds the row past it: it reads the history,
+    the parked run unwinds writing nothing, and the claimed run replays to the result."""
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    execution_id = create_root(COUNTED, 2)
+    pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
+    stale = _parked_in(pool, execution_id)
+    _finish_children(execution_id)
+    run_root(execution_id, COUNTED)  # another worker's run: it replays, writes, blocks again
+    _finish_children(execution_id)
+    claimed = _claim(COUNTED, stale)
+    assert claimed.history is not None and len(claimed.history) > 0
+    pool.start(claimed, COUNTED, DEPLOYMENT)
+    pool.join(SAFETY)
+    assert result(execution_id) == Ok(3)
+    assert _starts(execution_id) == 3
+    assert_versions_contiguous(execution_id)
+    pool.retire_idle(SAFETY)
+
+
+def test_a_run_parked_past_its_timeout_unwinds_and_a_claim_made_for_it_still_runs(settings):
+    """The parked run gives up after ``PARKED_RUN_TIMEOUT``, writing nothing; a claim made
+    while it still counted (no history read) then finds no run to hand the lock to: the
+    pool reads the history and the new run replays to the same result."""
+    settings.OBELISK = {"PARKED_RUN_TIMEOUT": timedelta(milliseconds=300)}
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    execution_id = create_root(COUNTED, 1)
+    pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
+    parked = _parked_in(pool, execution_id)
+    version = store.get_state(execution_id).corresponding_version
+    deadline = time.monotonic() + SAFETY
+    while pool.parked_versions():
+        assert time.monotonic() < deadline, "the parked run never gave up"
+        time.sleep(0.02)
+    assert store.get_state(execution_id).corresponding_version == version  # it wrote nothing
+    _finish_children(execution_id)
+    claimed = _claim(COUNTED, parked)
+    assert claimed.history is None  # the claim took the parked run's word for it
+    pool.start(claimed, COUNTED, DEPLOYMENT)
+    pool.join(SAFETY)
+    assert result(execution_id) == Ok(1)
+    assert _starts(execution_id) == 2
+    assert_versions_contiguous(execution_id)
+    pool.retire_idle(SAFETY)
+
+
+def test_parked_runs_unwind_when_dismissed_and_a_full_pool_parks_no_more():
+    """At most ``size`` runs park; the others unwind at once. ``dismiss_parked`` (a
+    stopping worker) sends every parked run away; none of them writes anything."""
+    pool = WorkflowPool(size=1, idle_seconds=SAFETY)
+    first, second = create_root(COUNTED, 1), create_root(COUNTED, 1)
+    pool.start(lock_when_due(first, COUNTED), COUNTED, DEPLOYMENT)
+    _parked_in(pool, first)
+    pool.start(lock_when_due(second, COUNTED), COUNTED, DEPLOYMENT)
+    pool.join(SAFETY)  # the second run ended: no room to park
+    assert set(pool.parked_versions()) == {first}
+    versions = [store.get_state(e).corresponding_version for e in (first, second)]
+    pool.dismiss_parked()
+    pool.join(SAFETY)
+    assert pool.parked_versions() == {} and pool.free() == 1
+    assert [store.get_state(e).corresponding_version for e in (first, second)] == versions
+    assert [store.get_state(e).state for e in (first, second)] == ["blocked_by_join_set"] * 2
+    pool.retire_idle(SAFETY)
+
+
 def test_an_interrupted_run_leaves_its_row_to_the_next_claim_once_its_blocking_write_is_in(monkeypatch):
     """An Interrupt run ends at a join-next with no response in hand. The write of that
     join-next hands the row on: blocked, or pending at once when a response came in

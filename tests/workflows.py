@@ -107,6 +107,21 @@ def sequential_sum(ctx, n: int) -> int:
     return sum(ctx.call(fn2, i) for i in range(1, n + 1))
 
 
+STARTS: list[str] = []  # the execution of every run that started ``counted_calls`` (a side channel)
+
+
+@workflow(name="test:wf/flows.counted-calls", lock_duration=LOCK)
+def counted_calls(ctx, n: int) -> int:
+    """``n`` direct calls, noting every start of the function (a parked run goes on where
+    it was, a new run starts it again and replays) and logging every step."""
+    STARTS.append(ctx.execution_id)
+    total = 0
+    for i in range(1, n + 1):
+        total += ctx.call(fn2, i)
+        ctx.log.info("step %d", i)
+    return total
+
+
 @workflow(name="test:wf/flows.child", lock_duration=LOCK)
 def child_workflow(ctx, x: int) -> int:
     return ctx.call(fn2, x) + 1

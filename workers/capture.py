@@ -51,6 +51,19 @@ class RunLog:
         self.records: list[tuple[datetime, int, str]] = []
         self.streams: list[tuple[datetime, int, bytes]] = []
 
+    def save(self, execution_id: str, run_id: str) -> None:
+        """Store what was captured under ``run_id`` (one transaction, if anything was), and
+        start afresh. Best effort: a run never fails for its logs."""
+        from executions import store
+
+        if not (self.records or self.streams):
+            return
+        records, streams, self.records, self.streams = self.records, self.streams, [], []
+        try:
+            store.append_logs(execution_id, run_id, records, streams)
+        except Exception as error:
+            logger.warning("logs of %s not stored: %s", execution_id, error)
+
     def full(self) -> bool:
         return len(self.records) + len(self.streams) >= MAX_ENTRIES
 
@@ -129,10 +142,10 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def capturing(execution_id: str, run_id: str, replaying: Callable[[], bool] = lambda: False):
-    """Capture what the current thread logs and prints into ``execution_id``'s log."""
-    from executions import store
-
+def capturing(execution_id: str, run_id: str | Callable[[], str], replaying: Callable[[], bool] = lambda: False):
+    """Capture what the current thread logs and prints into ``execution_id``'s log.
+    ``run_id``: the run's, or where a parked workflow run goes on under a new lock (D77),
+    a function that tells the current one."""
     install()
     run = RunLog(replaying)
     previous = getattr(_current, "run", None)
@@ -141,8 +154,4 @@ def capturing(execution_id: str, run_id: str, replaying: Callable[[], bool] = la
         yield run
     finally:
         _current.run = previous
-        if run.records or run.streams:
-            try:
-                store.append_logs(execution_id, run_id, run.records, run.streams)
-            except Exception as error:  # logs are best effort: never fail a run for them
-                logger.warning("logs of %s not stored: %s", execution_id, error)
+        run.save(execution_id, run_id() if callable(run_id) else run_id)

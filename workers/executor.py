@@ -158,14 +158,23 @@ class ActivityExecutor:
             self._accept_children(False)
             lingering.idle()
         if shutdown.stopping():  # running workflows stop waiting at once and hand back
+            self.workflows.dismiss_parked()
             self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
         return done
 
-    def _claim(self, terms: dict[str, store.LockTerms], limit: int) -> list[store.LockedExecution]:
-        """Lock up to ``limit`` due executions of the functions of ``terms`` (one transaction)."""
+    def _claim(
+        self, terms: dict[str, store.LockTerms], limit: int, known: dict[str, int] | None = None
+    ) -> list[store.LockedExecution]:
+        """Lock up to ``limit`` due executions of the functions of ``terms`` (one transaction);
+        ``known``: workflows whose history a parked run holds (D77)."""
         started = time.monotonic() if telemetry.ENABLED else 0.0
         claimed = store.lock_pending(
-            terms, limit=limit, executor_id=self.executor_id, run_id=new_run_id(), deployment_id=self.deployment_id
+            terms,
+            limit=limit,
+            executor_id=self.executor_id,
+            run_id=new_run_id(),
+            deployment_id=self.deployment_id,
+            known=known,
         )
         if telemetry.ENABLED:
             telemetry.claimed(time.monotonic() - started, len(claimed), workflows=terms is self.workflow_terms)
@@ -184,12 +193,13 @@ class ActivityExecutor:
     def _start_workflows(self) -> int:
         """Claim due workflows, as many as the pool has room for, and start a run of each
         in a thread of its own (``workers.workflow_runner``): an awaiting workflow holds a
-        thread, never this process's activities."""
+        thread, never this process's activities. A workflow whose run is parked in the pool
+        goes on in that run (D77)."""
         if not self.workflow_terms or (room := self.workflows.free()) <= 0:
             self._workflows_waiting = bool(self.workflow_terms)
             return 0
         self._workflows_waiting = False
-        claimed = self._claim(self.workflow_terms, room)
+        claimed = self._claim(self.workflow_terms, room, self.workflows.parked_versions())
         for locked in claimed:
             self.workflows.start(locked, self.functions[locked.ffqn], self.deployment_id)
         return len(claimed)

@@ -653,9 +653,16 @@ class Writer(Protocol):
 
 
 class Waiter(Protocol):
+    """Await (§4.2) waits holding the run's lock (``holds_lock``), so its join-nexts keep
+    the row until the lock's expiry. A parked Interrupt run (D77) waits without it: its
+    join-nexts hand the row on, as every Interrupt run's do, and it goes on only if this
+    worker's next claim of the row hands it the new lock."""
+
+    holds_lock: bool
+
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
-        """Await (§4.2): block until responses with ``seq > after_seq`` exist and return them,
-        or return nothing when the run must stop waiting (its lock deadline)."""
+        """Block until responses with ``seq > after_seq`` exist and return them, or return
+        nothing when the run must stop waiting (its lock deadline; a parked run not resumed)."""
 
 
 class Canceller(Protocol):
@@ -1137,8 +1144,9 @@ class EventHistory:
         row must stay this run's until its lock expires. With ``now``, the store would make
         it pending at once and another worker, woken by the notification, would take it
         over mid-run (fenced out, but at the price of a full replay per response)."""
+        holds_lock = self._waiter is not None and self._waiter.holds_lock
         if self._lease is not None and (
-            self._waiter is not None or (join_set_id is not None and self._queue.peek(join_set_id) is not None)
+            holds_lock or (join_set_id is not None and self._queue.peek(join_set_id) is not None)
         ):
             return self._lease.lock_expires_at
         return self._clock()

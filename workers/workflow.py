@@ -86,7 +86,8 @@ def workflow(
 
     ``blocking``: ``"await"`` (the default, decision 10) keeps a run waiting in place for a
     child's or timer's response until its lock's deadline; ``"interrupt"`` ends the run at
-    every wait, and the response starts a new run that replays. Both give the same results.
+    every wait, and the response starts a new run that replays, unless the run, parked in its
+    worker meanwhile, goes on there (D77). Both give the same results.
     Workflows are retried without limit after a lost worker, never after their own failure.
     """
 

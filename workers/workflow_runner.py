@@ -31,7 +31,8 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,13 +40,13 @@ from typing import Any, Protocol
 from django.db import connection
 from django.utils import timezone
 
-from executions import errors, notify, store, tracing
+from executions import conf, errors, notify, store, tracing
 from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Ok, Unlocked
 from executions.ids import ExecutionId
 from executions.outage import close_if_unusable_or_obsolete
 from workers import determinism, heartbeat, shutdown, telemetry
 from workers.activity import ActivityError
-from workers.capture import capturing
+from workers.capture import RunLog, capturing
 from workers.registry import ActivityFunction, ArgumentError, lookup
 from workers.replay import (
     EventHistory,
@@ -88,8 +89,11 @@ class StoreWriter:
         self.deployment_id = deployment_id
         self.children = children
         self._component = locked.locked.component_id.model_dump(mode="json")
+        self.before_join_next: Callable[[int], None] | None = None  # told the last version (D77)
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
+        if self.before_join_next is not None and any(isinstance(event, JoinNext) for event in events):
+            self.before_join_next(version + len(events) - 1)
         requests = [self._create_request(new) for new in creates]
         claim = self.children.child_claim([r.ffqn for r in requests]) if requests and self.children else None
         _, claimed = store.append_and_claim_children(
@@ -165,6 +169,8 @@ class StoreWaiter:
     wake-up, a poll on SQLite). Likewise the responses: read at the run's first wait (one
     may have arrived between the claim that loaded them and the subscription), and after
     that only when a notification names this execution or nothing is known (D63)."""
+
+    holds_lock = True
 
     def __init__(self, execution_id: str, lease: StoreLease):
         self.execution_id = execution_id
@@ -281,6 +287,74 @@ class StoreLease:
         self.lock_expires_at = expires
 
 
+class ParkedWait:
+    """``Waiter`` of an Interrupt run in the workflow pool (D77, a sticky run).
+
+    At a join-next with no response the run's write has handed the row on, as every
+    Interrupt run's does. Instead of unwinding at once, the run parks in the pool for a
+    while, holding nothing in the database. When this worker's next claim finds the row
+    where the run left it (nothing written since), the claim reads neither history nor
+    responses and the pool hands the run its new lock: the run goes on where it was, with
+    the responses that arrived, instead of a new run reading and replaying the history.
+    Otherwise (another worker claimed the row, the pool has no room, the worker stops, time
+    is up) the run unwinds, and the next run replays, as always: same events, same result.
+
+    The pool learns of the park before the write that blocks (``expect``): a claim that
+    follows that write at once (a child this process ran, finishing) must find it."""
+
+    holds_lock = False
+
+    def __init__(self, pool: WorkflowPool, writer: StoreWriter, lease: StoreLease):
+        self.pool = pool
+        self.writer = writer
+        self.lease = lease
+        self.history: EventHistory | None = None
+        self.log: RunLog | None = None
+        self._place: _Parked | None = None  # where the pool expects this run to park
+        self._resumed_at: int | None = None  # the history's next version when last resumed
+        writer.before_join_next = self.expect
+
+    @property
+    def holding(self) -> bool:
+        """Resumed, and nothing written since: the row is still this run's, locked."""
+        return self._resumed_at == self.history.next_version
+
+    def expect(self, version: int) -> None:
+        """A write of join-nexts up to ``version`` is about to commit: reserve the place."""
+        self._place = self.pool.expect(self.writer.locked.execution_id, version, self._place)
+
+    def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
+        if self.holding:  # resumed, and the responses did not resolve the join-next
+            return []  # a replay would interrupt here too; the run's end hands the row back
+        place, self._place = self._place, None
+        if place is None:
+            return []
+        locked = self.writer.locked
+        if self.log is not None:
+            self.log.save(locked.execution_id, locked.fence.run_id)  # the logs of this lock
+        resumed = self.pool.park(locked.execution_id, place)
+        if resumed is None:
+            return []
+        self._resume(resumed)
+        return store.responses_after(resumed.execution_id, after_seq)
+
+    def _resume(self, locked: store.LockedExecution) -> None:
+        """Go on under ``locked``: its fence for every write, its expiry for the lease, and
+        the version after its ``Locked`` event for the next event."""
+        self.writer.locked = self.lease.locked = locked
+        self.lease.lock_expires_at = locked.locked.lock_expires_at
+        self.history.reserve_versions(1)
+        assert self.history.next_version == locked.next_version, "claimed where the run parked"
+        self._resumed_at = self.history.next_version
+
+    def close(self) -> None:
+        """The run ends: a place it reserved and never parked in is given up; a lock a
+        claim handed to it there meanwhile is handed back."""
+        unclaimed = self.pool.leave(self.writer.locked.execution_id, self._place)
+        if unclaimed is not None:
+            _release_if_locked(unclaimed, "handed back: the run it was claimed for has ended")
+
+
 def run_workflow(
     locked: store.LockedExecution,
     spec: ActivityFunction,
@@ -288,13 +362,15 @@ def run_workflow(
     children: ChildRunner | None = None,
     *,
     keep_connection: bool = False,
+    pool: WorkflowPool | None = None,
 ) -> None:
     """One run of a workflow, from the start of the function to its end or interruption.
     The thread's database connection is closed afterwards, unless ``keep_connection`` (the
-    pool's threads keep it for their next run; a broken one is closed all the same)."""
+    pool's threads keep it for their next run; a broken one is closed all the same).
+    ``pool``: the workflow pool the run is in, where an Interrupt run may park (D77)."""
     try:
         with heartbeat.running(), telemetry.workflow_run(locked):
-            _run(locked, spec, deployment_id, children)
+            _run(locked, spec, deployment_id, children, pool)
     except Exception:
         logger.exception("workflow run of %s failed; its lock expires and it runs again", locked.execution_id)
     finally:
@@ -305,11 +381,20 @@ def run_workflow(
 
 
 def _run(
-    locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str, children: ChildRunner | None
+    locked: store.LockedExecution,
+    spec: ActivityFunction,
+    deployment_id: str,
+    children: ChildRunner | None,
+    pool: WorkflowPool | None,
 ) -> None:
+    locked = store.with_history(locked)  # claimed for a parked run that gave up meanwhile
     lease = StoreLease(locked, spec)
     writer = StoreWriter(locked, deployment_id, children)
-    waiter = StoreWaiter(locked.execution_id, lease) if spec.blocking == "await" else None
+    waiter: StoreWaiter | ParkedWait | None = None
+    if spec.blocking == "await":
+        waiter = StoreWaiter(locked.execution_id, lease)
+    elif pool is not None:
+        waiter = ParkedWait(pool, writer, lease)
     history = EventHistory(
         locked.execution_id,
         locked.history or [],
@@ -324,30 +409,38 @@ def _run(
     lease.history = history
     ctx = WorkflowContext(history, locked.execution_id)
     try:
-        with capturing(locked.execution_id, locked.fence.run_id, lambda: history.is_replaying):
+        with capturing(locked.execution_id, lambda: writer.locked.fence.run_id, lambda: history.is_replaying) as log:
+            if isinstance(waiter, ParkedWait):
+                waiter.history, waiter.log = history, log
             outcome = _call(spec, ctx, locked)
-            _finish(locked, history, outcome, awaits=waiter is not None)
+            _finish(writer, history, outcome, holding=waiter is not None and _holding(waiter))
     finally:
         if waiter is not None:
             waiter.close()
 
 
-def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event | None, *, awaits: bool) -> None:
+def _holding(waiter: StoreWaiter | ParkedWait) -> bool:
+    return waiter.holds_lock or waiter.holding
+
+
+def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *, holding: bool) -> None:
     """Finalize (close the open join sets, check the replay was complete), then append the
-    outcome with the run's fence.
+    outcome with the run's fence (the current one: a parked run may have gone on under a
+    new lock, D77).
 
     An interrupt ends the run at a join-next that was written. Under Interrupt that write
     handed the row on (blocked, or pending now), so the run leaves it alone: a transaction
     on the row here would make a claimer woken by that write skip it (``SKIP LOCKED``) and
-    the workflow wait for the next poll (D72). An Await run cut short (the worker stops)
-    hands back what its lock still holds."""
+    the workflow wait for the next poll (D72). A run cut short while ``holding`` its lock
+    (an Await run when the worker stops) hands back what its lock still holds."""
     try:
         history.finalize()
     except WorkflowInterrupt:
-        if awaits:
-            _release_if_locked(locked, "interrupted while locked: worker is stopping")
+        if holding:
+            _release_if_locked(writer.locked, "interrupted while locked: the worker is stopping")
         return
     except WriteFailed as failed:
+        locked = writer.locked
         if isinstance(failed.__cause__, errors.LockLost):
             logger.info("%s: this run was superseded (%s)", locked.execution_id, failed.__cause__)
         else:
@@ -357,6 +450,7 @@ def _finish(locked: store.LockedExecution, history: EventHistory, outcome: Event
         outcome = Finished(retval=fatal.failure())
     if outcome is None:  # the function was interrupted, and finalize had nothing to add
         return
+    locked = writer.locked
     try:
         store.append(locked.execution_id, None, outcome, fence=locked.fence)
     except errors.LockLost as lost:  # another run holds it now (a stop, an expired lock)
@@ -401,6 +495,18 @@ def _release_if_locked(locked: store.LockedExecution, reason: str) -> None:
         pass  # blocked on a join set (the usual interrupt), finished, or the lock is gone
 
 
+@dataclass
+class _Parked:
+    """Where an Interrupt run parks (D77): ``version``, the last one its run wrote;
+    ``resumed``: the lock a claim of the row at that version handed to it."""
+
+    version: int
+    wake: threading.Condition
+    waiting: bool = False  # the run is in ``park`` (not counted busy)
+    resumed: store.LockedExecution | None = None
+    dismissed: bool = False
+
+
 class WorkflowPool:
     """The worker process's workflow runs, each in a thread of its own, at most ``size`` at
     once; ``children``: the process's activity executor, which may run their children (D65).
@@ -408,25 +514,109 @@ class WorkflowPool:
     A thread that ended a run waits up to ``idle_seconds`` for the next one and keeps its
     database connection meanwhile: the next run of an Interrupt workflow (every call is a
     run), or of another workflow, starts on a warm connection whose statements are prepared,
-    instead of opening a connection per run (D73). An idle thread retires, closing it."""
+    instead of opening a connection per run (D73). An idle thread retires, closing it.
+
+    An Interrupt run that blocks may park here, at most ``size`` at once, each for up to
+    ``PARKED_RUN_TIMEOUT`` (D77): not counted busy, it goes on when ``start`` is given its
+    execution claimed where it left it (``parked_versions`` tells the claim which)."""
 
     def __init__(self, size: int = 8, children: ChildRunner | None = None, idle_seconds: float = 2.0):
         self.size = size
         self.children = children
         self.idle_seconds = idle_seconds
         self._runs: queue.SimpleQueue = queue.SimpleQueue()
-        self._state = threading.Condition()
-        self._busy = 0  # runs started and not ended
+        self._lock = threading.RLock()
+        self._state = threading.Condition(self._lock)
+        self._busy = 0  # runs started and not ended, parked ones not counted
         self._idle = 0  # threads waiting for a run that none was promised to
         self._threads = 0  # threads alive
+        self._parked: dict[str, _Parked] = {}
+        self._parking = 0  # threads inside ``park``
         _POOLS.add(self)
 
     def free(self) -> int:
         with self._state:
             return self.size - self._busy
 
+    def parked_versions(self) -> dict[str, int]:
+        """The executions of runs parked (or about to park), each with the last version its
+        run wrote: what a claim need not read (``store.lock_pending``'s ``known``)."""
+        with self._state:
+            return {execution_id: place.version for execution_id, place in self._parked.items()}
+
+    def expect(self, execution_id: str, version: int, previous: _Parked | None) -> _Parked | None:
+        """A place for ``execution_id``'s run to park at ``version`` (replacing ``previous``),
+        reserved before the write that may block it; None when the pool has no room."""
+        with self._state:
+            if self._parked.get(execution_id) is previous is not None:
+                del self._parked[execution_id]
+            if len(self._parked) >= self.size or conf.get("PARKED_RUN_TIMEOUT").total_seconds() <= 0:
+                return None
+            place = self._parked[execution_id] = _Parked(version, threading.Condition(self._lock))
+            return place
+
+    def park(self, execution_id: str, place: _Parked) -> store.LockedExecution | None:
+        """Wait in ``place``, not counted busy, until a claim of the row where the run left
+        it is handed to it (the new lock is returned), or until the run should unwind
+        instead (None): time is up, the worker stops, the row was claimed elsewhere."""
+        deadline = time.monotonic() + conf.get("PARKED_RUN_TIMEOUT").total_seconds()
+        with self._state:
+            if place.resumed is None and not place.dismissed:
+                place.waiting = True
+                self._busy -= 1
+                self._parking += 1
+                self._state.notify_all()
+                try:
+                    while place.resumed is None and not place.dismissed and not shutdown.stopping():
+                        if (remaining := deadline - time.monotonic()) <= 0:
+                            break
+                        place.wake.wait(min(remaining, 0.5))
+                finally:
+                    self._parking -= 1
+                    if place.resumed is None:
+                        self._busy += 1  # it unwinds: a run again until it ends
+                    self._state.notify_all()
+            if self._parked.get(execution_id) is place:
+                del self._parked[execution_id]
+            return place.resumed
+
+    def leave(self, execution_id: str, place: _Parked | None) -> store.LockedExecution | None:
+        """The run that reserved ``place`` ends: the place goes. Returns a lock a claim
+        handed to it that it never took (it did not park after all), to be handed back."""
+        if place is None:
+            return None
+        with self._state:
+            if self._parked.get(execution_id) is place:
+                del self._parked[execution_id]
+            place.dismissed = True
+            return place.resumed
+
+    def dismiss_parked(self) -> None:
+        """Every parked run unwinds now (the worker stops; tests end)."""
+        with self._state:
+            for place in self._parked.values():
+                place.dismissed = True
+                place.wake.notify()
+            self._parked.clear()
+
+    def _resume(self, locked: store.LockedExecution) -> bool:
+        """Hand ``locked`` to the run parked (or about to park) for its execution, if the
+        claim found the row where that run left it; a run it did not so find unwinds."""
+        place = self._parked.pop(locked.execution_id, None)
+        if place is None or place.dismissed:
+            return False
+        if locked.next_version == place.version + 2:  # only this claim's Locked since
+            place.resumed = locked
+            self._busy += place.waiting  # a waiting run is counted again; one on its way still is
+        else:
+            place.dismissed = True
+        place.wake.notify()
+        return place.resumed is locked
+
     def start(self, locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
         with self._state:
+            if self._resume(locked):
+                return
             self._busy += 1
             reuse = self._idle > 0
             if reuse:
@@ -443,7 +633,7 @@ class WorkflowPool:
                 locked, spec, deployment_id = run
                 threading.current_thread().name = f"workflow {locked.execution_id}"
                 try:
-                    run_workflow(locked, spec, deployment_id, self.children, keep_connection=True)
+                    run_workflow(locked, spec, deployment_id, self.children, keep_connection=True, pool=self)
                 finally:
                     with self._state:
                         self._busy -= 1
@@ -469,9 +659,13 @@ class WorkflowPool:
                         return None
 
     def retire_idle(self, timeout: float = 5.0) -> None:
-        """Send every idle thread away now and wait (up to ``timeout`` seconds) until they
-        have closed their connections (tests: before the test database is dropped)."""
+        """Send every idle thread away now, parked ones too once they have unwound, and
+        wait (up to ``timeout`` seconds) until they have closed their connections (tests:
+        before the test database is dropped)."""
         with self._state:
+            busy = self._busy
+            self.dismiss_parked()
+            self._state.wait_for(lambda: not self._parking and self._busy <= busy, timeout)
             idle, self._idle = self._idle, 0  # each is promised a None: it retires
         for _ in range(idle):
             self._runs.put(None)

@@ -76,7 +76,7 @@ from executions.store.listing import (
     filter_executions,
     list_executions,
 )
-from executions.store.locking import extend_lock, lock_one, lock_pending
+from executions.store.locking import extend_lock, lock_one, lock_pending, with_history
 from executions.store.reads import (
     append_logs,
     get,
@@ -183,6 +183,7 @@ __all__ = [
     "upsert_stub_response",
     "wait_for_finished",
     "wait_for_finished_result",
+    "with_history",
     "find_by_result_text",
     "last_failure_detail",
 ]

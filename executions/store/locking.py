@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import defaultdict
 from collections.abc import Mapping
@@ -55,12 +56,17 @@ def lock_pending(
     run_id: str,
     deployment_id: str,
     now: datetime | None = None,
+    known: Mapping[str, int] | None = None,
 ) -> list[LockedExecution]:
     """Lock up to ``limit`` due, active executions of ``functions``, oldest first.
 
     One transaction: candidates are selected ``FOR UPDATE SKIP LOCKED`` (so concurrent
     executors never wait for or take each other's rows), a ``Locked`` event is inserted for
     each and the projections are updated, each with a new lock generation.
+
+    ``known``: workflows whose history the caller already holds, up to the version given
+    (a parked run, D77). One claimed at exactly that version, where nothing was written
+    since, comes without its history and responses (``history`` None): they are not read.
     """
     now = _now(now)
     parse_executor_id(executor_id)
@@ -113,7 +119,7 @@ def lock_pending(
             f"SELECT execution_id, json_value FROM t_execution_log WHERE version = 0 AND execution_id {where}", params
         )
         created = {execution_id: _json(value) for execution_id, value in statements.run()}
-        return _locked_executions(candidates, locked_events, deployment_id, created)
+        return _locked_executions(candidates, locked_events, deployment_id, created, known or {})
 
 
 def _due_candidates(ffqns: list[str], now: datetime, limit: int) -> list[tuple]:
@@ -219,16 +225,20 @@ ORDER BY c.pending_expires_finished, c.execution_id
 
 
 def _locked_executions(
-    candidates, locked_events: dict[str, Locked], deployment_id: str, created: dict[str, Any] | None = None
+    candidates,
+    locked_events: dict[str, Locked],
+    deployment_id: str,
+    created: dict[str, Any] | None = None,
+    known: Mapping[str, int] = {},  # noqa: B006 (never mutated)
 ) -> list[LockedExecution]:
     ids = [c[0] for c in candidates]
     if created is None:
         created = dict(
             ExecutionEvent.objects.filter(execution_id__in=ids, version=0).values_list("execution_id", "json_value")
         )
-    workflows = [c[0] for c in candidates if c[5] == "workflow"]
-    histories = _histories(workflows) if workflows else {}
-    responses = _responses_of(workflows) if workflows else {}
+    workflows = {c[0] for c in candidates if c[5] == "workflow" and known.get(c[0]) != c[2]}
+    histories = _histories(sorted(workflows)) if workflows else {}
+    responses = _responses_of(sorted(workflows)) if workflows else {}
     out = []
     for execution_id, ffqn, version, generation, intermittent, component_type in candidates:
         body = created[execution_id][Created.VARIANT]
@@ -248,11 +258,23 @@ def _locked_executions(
                 intermittent_event_count=intermittent,
                 locked=locked,
                 fence=Fence(locked.run_id, generation + 1),
-                history=histories.get(execution_id, []) if component_type == "workflow" else None,
-                responses=responses.get(execution_id, []) if component_type == "workflow" else None,
+                history=histories.get(execution_id, []) if execution_id in workflows else None,
+                responses=responses.get(execution_id, []) if execution_id in workflows else None,
             )
         )
     return out
+
+
+def with_history(locked: LockedExecution) -> LockedExecution:
+    """``locked`` with its history and responses read: a workflow claimed without them
+    (``lock_pending``'s ``known``) whose parked run had given up by the time it was
+    claimed (D77). Read outside the claim's transaction, under the run's lock: only the
+    lock's holder appends history, and responses only ever come after."""
+    if locked.history is not None:
+        return locked
+    history = _histories([locked.execution_id]).get(locked.execution_id, [])
+    responses = _responses_of([locked.execution_id]).get(locked.execution_id, [])
+    return dataclasses.replace(locked, history=history, responses=responses)
 
 
 def lock_one(
