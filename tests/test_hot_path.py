@@ -524,6 +524,63 @@ def test_a_claim_of_activities_in_one_message_makes_what_the_claims_transaction_
     assert {**in_one_message.__dict__, "execution_id": None} == {**in_a_transaction.__dict__, "execution_id": None}
 
 
+def _workflow_with_a_history_and_a_response() -> str:
+    """A pending workflow whose run submitted two children, one of them finished (its
+    response waits in the table), and then handed the row back."""
+    from tests.helpers import create_workflow
+
+    workflow = create_workflow()
+    locked = lock(workflow)
+    children, _ = _children_of_one_write(workflow, locked, 2)
+    child = lock(children[0])
+    store.append(children[0], None, Finished(retval=Ok(1)), fence=child.fence)
+    store.append(workflow, None, Unlocked(unlocked_at=timezone_now(), reason="test"), fence=locked.fence)
+    return workflow
+
+
+@pytest.mark.postgres_only
+def test_a_claim_of_workflows_in_one_message_reads_their_history_and_responses_unless_held_already():
+    """D78: a claim of workflows is one statement too; the history and responses of what
+    it locked are then read under the new locks, two queries, and are the ones the store
+    holds. A workflow whose history a parked run holds (``known``, D77) at the version it
+    is claimed at is not read at all."""
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.events import HistoryEventRecord
+    from executions.ids import new_executor_id, new_run_id
+    from tests.helpers import DEPLOYMENT, WORKFLOW_FFQN, WORKFLOW_TERMS
+
+    def claim(**known) -> store.LockedExecution:
+        (claimed,) = store.lock_pending(
+            {WORKFLOW_FFQN: WORKFLOW_TERMS},
+            limit=1,
+            executor_id=new_executor_id(),
+            run_id=new_run_id(),
+            deployment_id=DEPLOYMENT,
+            **known,
+        )
+        return claimed
+
+    read, held = _workflow_with_a_history_and_a_response(), _workflow_with_a_history_and_a_response()
+    with CaptureQueriesContext(connection) as claiming:
+        claimed = claim()
+    assert claimed.execution_id == read
+    assert len(claiming.captured_queries) == 3
+    log = store.get(read)
+    assert claimed.history == [record for record in log.events if isinstance(record.event, HistoryEventRecord)]
+    assert len(claimed.history) == 3
+    assert claimed.responses == log.responses and len(claimed.responses) == 1
+    assert claimed.next_version == log.next_version
+
+    version = store.get_state(held).corresponding_version
+    with CaptureQueriesContext(connection) as claiming:
+        claimed = claim(known={held: version})
+    assert claimed.execution_id == held
+    assert len(claiming.captured_queries) == 1
+    assert (claimed.history, claimed.responses) == (None, None)
+    assert claimed.next_version == version + 2
+
+
 @pytest.mark.postgres_only
 def test_a_group_commit_of_top_level_results_in_one_message_writes_what_the_transaction_writes():
     """D70: outside a transaction, a group commit of top-level results is one statement

@@ -125,11 +125,11 @@ class ActivityExecutor:
             self._accept_children(True)
             while time.monotonic() < deadline and not shutdown.stopping():
                 limit = self.batch_size
-                started = self._start_workflows() if due.workflows else 0
+                started, room = self._start_workflows() if due.workflows else (0, 0)
                 batch = self._claim_activities(limit, due.woken_at) if due.activities else []
                 # A full claim may have left more behind; otherwise what comes due next is
-                # announced to the listener, which was subscribed before the claim.
-                due = _Due(activities=len(batch) >= limit, workflows=started > 0)
+                # announced to the listener, which was subscribed before the claim (D79).
+                due = _Due(activities=len(batch) >= limit, workflows=0 < room <= started)
                 if due.activities and not due.workflows:  # busy: a workflow may not wait for it
                     due = _Due(activities=True, workflows=self._workflow_announced())
                 batch = self._begin_batch(batch)
@@ -190,19 +190,20 @@ class ActivityExecutor:
         self._outage.recovered()
         return batch
 
-    def _start_workflows(self) -> int:
+    def _start_workflows(self) -> tuple[int, int]:
         """Claim due workflows, as many as the pool has room for, and start a run of each
         in a thread of its own (``workers.workflow_runner``): an awaiting workflow holds a
         thread, never this process's activities. A workflow whose run is parked in the pool
-        goes on in that run (D77)."""
+        goes on in that run (D77). Returns how many were claimed, and how many could have
+        been (a claim that took fewer took all that was due)."""
         if not self.workflow_terms or (room := self.workflows.free()) <= 0:
             self._workflows_waiting = bool(self.workflow_terms)
-            return 0
+            return 0, 0
         self._workflows_waiting = False
         claimed = self._claim(self.workflow_terms, room, self.workflows.parked_versions())
         for locked in claimed:
             self.workflows.start(locked, self.functions[locked.ffqn], self.deployment_id)
-        return len(claimed)
+        return len(claimed), room
 
     def _workflow_announced(self) -> bool:
         """Whether a served workflow came due while this executor's activities kept it

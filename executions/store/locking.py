@@ -62,7 +62,9 @@ def lock_pending(
 
     One transaction: candidates are selected ``FOR UPDATE SKIP LOCKED`` (so concurrent
     executors never wait for or take each other's rows), a ``Locked`` event is inserted for
-    each and the projections are updated, each with a new lock generation.
+    each and the projections are updated, each with a new lock generation. On PostgreSQL,
+    outside a caller's transaction, that is one statement (D69). The workflows' history and
+    responses are read after it, under their new locks (D78).
 
     ``known``: workflows whose history the caller already holds, up to the version given
     (a parked run, D77). One claimed at exactly that version, where nothing was written
@@ -76,8 +78,8 @@ def lock_pending(
         FunctionFqn.parse(ffqn)
     if limit < 1 or not functions:
         return []
-    if Statements().can_run_in_own_transaction() and _activities_only(functions):
-        return _lock_pending_in_one_message(functions, limit, executor_id, run_id, deployment_id, now)
+    if Statements().can_run_in_own_transaction():
+        return _lock_pending_in_one_message(functions, limit, executor_id, run_id, deployment_id, now, known or {})
     with _write_transaction():
         candidates = _due_candidates(list(functions), now, limit)
         if not candidates:
@@ -150,23 +152,24 @@ def _due_candidates_sql(ffqns: list[str], now: datetime, limit: int) -> tuple[st
     return sql, [connection.ops.adapt_datetimefield_value(now), *ffqns, limit]
 
 
-def _activities_only(functions: Mapping[str, LockTerms]) -> bool:
-    """Whether a claim is of activities only: a workflow's run also needs its history and
-    responses, read under the lock in the claim's transaction."""
-    return all(terms.component_id.component_type != "workflow" for terms in functions.values())
-
-
 _GENERATION = '"lock_generation":-1'  # where each row's generation goes in its Locked event
 
 
 def _lock_pending_in_one_message(
-    functions: Mapping[str, LockTerms], limit: int, executor_id: str, run_id: str, deployment_id: str, now: datetime
+    functions: Mapping[str, LockTerms],
+    limit: int,
+    executor_id: str,
+    run_id: str,
+    deployment_id: str,
+    now: datetime,
+    known: Mapping[str, int],
 ) -> list[LockedExecution]:
-    """``lock_pending`` of activities as one statement, sent as its own transaction (D69):
-    the candidates locked ``SKIP LOCKED``, their rows updated and their ``Locked`` events
-    inserted by data-modifying CTEs, their ``Created`` events returned. One round trip
-    instead of four (``BEGIN``, the candidates, the writes, ``COMMIT``); the rows, the log
-    and the result are the ones the transaction makes (a test holds them equal).
+    """``lock_pending`` as one statement, sent as its own transaction (D69): the candidates
+    locked ``SKIP LOCKED``, their rows updated and their ``Locked`` events inserted by
+    data-modifying CTEs, their ``Created`` events returned. One round trip instead of four
+    (``BEGIN``, the candidates, the writes, ``COMMIT``); the rows, the log and the result
+    are the ones the transaction makes (a test holds them equal). The workflows' history
+    and responses are read afterwards, under their new locks (D78).
 
     The terms of each function go as one JSON document: the new lock's columns
     (``lock_fields``) and its ``Locked`` event's JSON, cut where the row's generation goes."""
@@ -193,7 +196,7 @@ def _lock_pending_in_one_message(
         for execution_id, ffqn, _, generation, _, _ in candidates
     }
     created = {row[0]: _json(row[6]) for row in rows}
-    return _locked_executions(candidates, locked_events, deployment_id, created)
+    return _locked_executions(candidates, locked_events, deployment_id, created, known)
 
 
 @functools.cache
