@@ -582,6 +582,36 @@ def test_a_claim_of_workflows_in_one_message_reads_their_history_and_responses_u
 
 
 @pytest.mark.postgres_only
+def test_a_claim_of_workflows_whose_reads_fail_hands_what_it_locked_back(monkeypatch):
+    """D78: the claim's statement commits before the history is read. If that read fails
+    (the connection is lost), the workflows it locked go back at once (``Unlocked``, the
+    claim's fence), instead of staying locked by nobody until their locks expire."""
+    from django.db import OperationalError
+
+    from executions.ids import new_executor_id, new_run_id
+    from executions.store import locking
+    from tests.helpers import DEPLOYMENT, WORKFLOW_FFQN, WORKFLOW_TERMS
+
+    def lost(*args, **kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    workflow = _workflow_with_a_history_and_a_response()
+    monkeypatch.setattr(locking, "_histories", lost)
+    with pytest.raises(OperationalError):
+        store.lock_pending(
+            {WORKFLOW_FFQN: WORKFLOW_TERMS},
+            limit=1,
+            executor_id=new_executor_id(),
+            run_id=new_run_id(),
+            deployment_id=DEPLOYMENT,
+        )
+    state = store.get_state(workflow)
+    assert state.state == "pending_at"
+    kinds = [record.event.VARIANT for record in store.get(workflow).events[-2:]]
+    assert kinds == ["locked", "unlocked"]
+
+
+@pytest.mark.postgres_only
 def test_a_group_commit_of_top_level_results_in_one_message_writes_what_the_transaction_writes():
     """D70: outside a transaction, a group commit of top-level results is one statement
     sent as its own transaction. It returns the same version and makes the same row, the

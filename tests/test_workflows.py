@@ -1408,6 +1408,114 @@ def test_parked_runs_unwind_when_dismissed_and_a_full_pool_parks_no_more():
     pool.retire_idle(SAFETY)
 
 
+def _lost_connection(*args, **kwargs):
+    from django.db import OperationalError
+
+    raise OperationalError("server closed the connection unexpectedly")
+
+
+def test_a_database_error_while_a_run_waits_ends_the_run_and_never_fails_the_workflow(monkeypatch):
+    """An Await run reads its responses from the database while it waits. When that read
+    fails (the connection is lost), the run ends as a lost worker's run does, and a later
+    run finishes the workflow. The error never reaches the workflow's own code, where it
+    would be a trap and fail the workflow for good."""
+    spec = workflows.counted_calls
+    execution_id = create_root(spec, 1)
+    monkeypatch.setattr(store, "responses_after", _lost_connection)
+    run_root(execution_id, spec, None, blocking="await")
+    assert not store.get_state(execution_id).is_finished
+    monkeypatch.undo()
+    world = World(execution_id)
+    world.settle()  # the child runs; its response makes the workflow pending
+    complete(execution_id, spec, world, blocking="await")
+    assert result(execution_id) == Ok(1)
+
+
+def test_a_database_error_as_a_parked_run_resumes_hands_its_new_lock_back(monkeypatch):
+    """A parked run handed a new lock reads its responses. When that read fails, the run
+    hands the lock back and ends, writing nothing else; a later run finishes the workflow.
+    The error never reaches the workflow's own code."""
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    execution_id = create_root(COUNTED, 1)
+    pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
+    parked = _parked_in(pool, execution_id)
+    _finish_children(execution_id)
+    monkeypatch.setattr(store, "responses_after", _lost_connection)
+    pool.start(_claim(COUNTED, parked), COUNTED, DEPLOYMENT)
+    pool.join(SAFETY)
+    monkeypatch.undo()
+    state = store.get_state(execution_id)
+    assert not state.is_finished and state.state == "pending_at"  # handed back at once
+    assert isinstance(events(execution_id)[-1], Unlocked)
+    complete(execution_id, COUNTED, World(execution_id))
+    assert result(execution_id) == Ok(1)
+    pool.retire_idle(SAFETY)
+
+
+def test_a_run_resumed_in_place_that_blocks_again_while_closing_leaves_the_handed_on_row_alone(monkeypatch, settings):
+    """D72 for a parked run: a run that went on under a new lock, returned, and blocked
+    again closing its join sets (a child workflow to await) has handed its row on with that
+    closing join-next. When its park then times out, it must not try to hand the row back
+    as if it still held it: a transaction on the row there makes the claim the response
+    wakes skip it."""
+    settings.OBELISK = {"PARKED_RUN_TIMEOUT": timedelta(milliseconds=300)}
+    spec = replace(workflows.leaves_a_child, blocking="interrupt")
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    execution_id = create_root(spec, 2)
+    pool.start(lock_when_due(execution_id, spec), spec, DEPLOYMENT)
+    parked = _parked_in(pool, execution_id)
+    world = World(execution_id, actions={workflows.child_workflow.ffqn: "hold"})
+    while not world.step():
+        time.sleep(0.01)
+    appended = []
+    append = store.append
+
+    def recording_append(execution_id, version, event, **options):
+        appended.append(type(event).__name__)
+        return append(execution_id, version, event, **options)
+
+    monkeypatch.setattr(store, "append", recording_append)
+    pool.start(_claim(spec, parked), spec, DEPLOYMENT)
+    deadline = time.monotonic() + SAFETY
+    while pool.parked_versions() or store.get_state(execution_id).state != "blocked_by_join_set":
+        assert time.monotonic() < deadline, "the run never blocked on closing its join set"
+        time.sleep(0.02)
+    pool.join(SAFETY)
+    assert "Unlocked" not in appended
+    assert [e.closing for _, e in history_events(execution_id) if isinstance(e, JoinNext)][-1] is True
+    pool.retire_idle(SAFETY)
+
+
+def test_a_place_to_park_is_reserved_only_before_a_write_that_hands_the_row_on(monkeypatch):
+    """D77: a join-next whose response the run holds keeps the row locked; a place reserved
+    for it would be reported to claims and could be handed a lock while the run goes on.
+    Only the join-nexts that block reserve one."""
+    reserved = []
+    expect = WorkflowPool.expect
+
+    def recording_expect(self, execution_id, version, previous):
+        reserved.append(version)
+        return expect(self, execution_id, version, previous)
+
+    monkeypatch.setattr(WorkflowPool, "expect", recording_expect)
+    spec = replace(workflows.two_children, blocking="interrupt")
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    execution_id = create_root(spec, 1)
+    pool.start(lock_when_due(execution_id, spec), spec, DEPLOYMENT)
+    parked = _parked_in(pool, execution_id)
+    world = World(execution_id)
+    while store.list_responses(execution_id)[1] < 2:  # both children finished
+        world.step()
+        time.sleep(0.01)
+    pool.start(_claim(spec, parked), spec, DEPLOYMENT)
+    pool.join(SAFETY)
+    assert result(execution_id) == Ok(3)
+    join_nexts = [(v, e) for v, e in history_events(execution_id) if isinstance(e, JoinNext)]
+    blocking = [v for v, e in join_nexts if e.run_expires_at <= store.get(execution_id).events[v].created_at]
+    assert reserved == blocking and len(join_nexts) == 2 and len(blocking) == 1
+    pool.retire_idle(SAFETY)
+
+
 def test_an_interrupted_run_leaves_its_row_to_the_next_claim_once_its_blocking_write_is_in(monkeypatch):
     """An Interrupt run ends at a join-next with no response in hand. The write of that
     join-next hands the row on: blocked, or pending at once when a response came in

@@ -127,6 +127,25 @@ def child_workflow(ctx, x: int) -> int:
     return ctx.call(fn2, x) + 1
 
 
+@workflow(name="test:wf/flows.leaves-a-child", lock_duration=LOCK)
+def leaves_a_child(ctx, x: int) -> int:
+    """Submits a child workflow it never awaits, then makes a direct call and returns:
+    closing the join set at the end waits for the child (§5.1)."""
+    js = ctx.join_set()
+    js.submit(child_workflow, x)
+    return ctx.call(fn2, x)
+
+
+@workflow(name="test:wf/flows.two-children", lock_duration=LOCK)
+def two_children(ctx, x: int) -> int:
+    """Two children in one join set, then two join-nexts: when both responses are in by
+    the first wait's end, the second join-next has its response in hand."""
+    with ctx.join_set() as js:
+        js.submit(fn2, x)
+        js.submit(fn2, x + 1)
+        return js.await_next(fn2)[1].value + js.await_next(fn2)[1].value
+
+
 @workflow(name="test:wf/flows.failing-child", lock_duration=LOCK)
 def failing_child(ctx, x: int) -> int:
     raise ValueError(f"child trap {x}")

@@ -158,8 +158,9 @@ class ActivityExecutor:
             self._accept_children(False)
             lingering.idle()
         if shutdown.stopping():  # running workflows stop waiting at once and hand back
-            self.workflows.dismiss_parked()
-            self.workflows.join(conf.get("SHUTDOWN_GRACE").total_seconds())
+            grace = conf.get("SHUTDOWN_GRACE").total_seconds()
+            self.workflows.dismiss_parked(wait=grace)
+            self.workflows.join(grace)
         return done
 
     def _claim(

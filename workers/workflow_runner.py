@@ -43,7 +43,7 @@ from django.utils import timezone
 from executions import conf, errors, notify, store, tracing
 from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Ok, Unlocked
 from executions.ids import ExecutionId
-from executions.outage import close_if_unusable_or_obsolete
+from executions.outage import DATABASE_ERRORS, close_if_unusable_or_obsolete
 from workers import determinism, heartbeat, shutdown, telemetry
 from workers.activity import ActivityError
 from workers.capture import RunLog, capturing
@@ -92,7 +92,7 @@ class StoreWriter:
         self.before_join_next: Callable[[int], None] | None = None  # told the last version (D77)
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
-        if self.before_join_next is not None and any(isinstance(event, JoinNext) for event in events):
+        if self.before_join_next is not None and any(_hands_on(event) for event in events):
             self.before_join_next(version + len(events) - 1)
         requests = [self._create_request(new) for new in creates]
         claim = self.children.child_claim([r.ffqn for r in requests]) if requests and self.children else None
@@ -143,6 +143,12 @@ class StoreWriter:
         return True
 
 
+def _hands_on(event: Any) -> bool:
+    """A join-next that ends the run's hold on the row (``run_expires_at`` now: Interrupt
+    with no response in hand), where one whose response the run holds keeps it."""
+    return isinstance(event, JoinNext) and event.run_expires_at <= timezone.now()
+
+
 def _own_frames(frame) -> list[dict]:
     """The frames of the workflow's own code from ``frame`` outwards, outermost first, as
     ``traceback.extract_stack`` describes them, without the engine's and the libraries'.
@@ -186,7 +192,15 @@ class StoreWaiter:
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
-        when the execution is being cancelled: the driver takes over (decision 14)."""
+        when the execution is being cancelled: the driver takes over (decision 14). A
+        database error ends the run (``WriteFailed``, D80), as a lost worker's: raised into the
+        workflow's own code it would be a trap, and fail the workflow for good."""
+        try:
+            return self._wait(after_seq)
+        except DATABASE_ERRORS as error:
+            raise WriteFailed(f"waiting for responses failed: {error}") from error
+
+    def _wait(self, after_seq: int) -> Sequence[Any]:
         while True:
             if self._check_responses or not notify.is_postgres():
                 self._heed(self._listener.wait(0))  # announced before the read: it sees them
@@ -320,8 +334,12 @@ class ParkedWait:
         return self._resumed_at == self.history.next_version
 
     def expect(self, version: int) -> None:
-        """A write of join-nexts up to ``version`` is about to commit: reserve the place."""
-        self._place = self.pool.expect(self.writer.locked.execution_id, version, self._place)
+        """A write that hands the row on, up to ``version``, is about to commit: reserve
+        the place. A lock a claim handed to the previous place, never taken, goes back."""
+        previous = self._place
+        self._place = self.pool.expect(self.writer.locked.execution_id, version, previous)
+        if previous is not None and previous.resumed is not None:  # out of the pool: fixed now
+            _release_if_locked(previous.resumed, "handed back: the run it was claimed for went on")
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         if self.holding:  # resumed, and the responses did not resolve the join-next
@@ -335,16 +353,21 @@ class ParkedWait:
         resumed = self.pool.park(locked.execution_id, place)
         if resumed is None:
             return []
+        try:
+            responses = store.responses_after(resumed.execution_id, after_seq)
+        except DATABASE_ERRORS as error:  # as a lost worker's run, never into the workflow's code (D80)
+            _release_if_locked(resumed, "handed back: the run it was claimed for could not read its responses")
+            raise WriteFailed(f"reading the responses under the new lock failed: {error}") from error
         self._resume(resumed)
-        return store.responses_after(resumed.execution_id, after_seq)
+        return responses
 
     def _resume(self, locked: store.LockedExecution) -> None:
         """Go on under ``locked``: its fence for every write, its expiry for the lease, and
-        the version after its ``Locked`` event for the next event."""
+        the version after its ``Locked`` event for the next event (``_resume`` of the pool
+        hands over only a lock claimed right after where the run parked)."""
         self.writer.locked = self.lease.locked = locked
         self.lease.lock_expires_at = locked.locked.lock_expires_at
         self.history.reserve_versions(1)
-        assert self.history.next_version == locked.next_version, "claimed where the run parked"
         self._resumed_at = self.history.next_version
 
     def close(self) -> None:
@@ -413,7 +436,7 @@ def _run(
             if isinstance(waiter, ParkedWait):
                 waiter.history, waiter.log = history, log
             outcome = _call(spec, ctx, locked)
-            _finish(writer, history, outcome, holding=waiter is not None and _holding(waiter))
+            _finish(writer, history, outcome, holding=lambda: waiter is not None and _holding(waiter))
     finally:
         if waiter is not None:
             waiter.close()
@@ -423,7 +446,7 @@ def _holding(waiter: StoreWaiter | ParkedWait) -> bool:
     return waiter.holds_lock or waiter.holding
 
 
-def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *, holding: bool) -> None:
+def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *, holding: Callable[[], bool]) -> None:
     """Finalize (close the open join sets, check the replay was complete), then append the
     outcome with the run's fence (the current one: a parked run may have gone on under a
     new lock, D77).
@@ -432,11 +455,12 @@ def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *
     handed the row on (blocked, or pending now), so the run leaves it alone: a transaction
     on the row here would make a claimer woken by that write skip it (``SKIP LOCKED``) and
     the workflow wait for the next poll (D72). A run cut short while ``holding`` its lock
-    (an Await run when the worker stops) hands back what its lock still holds."""
+    (an Await run when the worker stops), as it tells when the interrupt comes (closing the
+    join sets may block and hand the row on), hands back what its lock still holds."""
     try:
         history.finalize()
     except WorkflowInterrupt:
-        if holding:
+        if holding():
             _release_if_locked(writer.locked, "interrupted while locked: the worker is stopping")
         return
     except WriteFailed as failed:
@@ -550,7 +574,11 @@ class WorkflowPool:
         with self._state:
             if self._parked.get(execution_id) is previous is not None:
                 del self._parked[execution_id]
-            if len(self._parked) >= self.size or conf.get("PARKED_RUN_TIMEOUT").total_seconds() <= 0:
+            if (
+                len(self._parked) >= self.size
+                or conf.get("PARKED_RUN_TIMEOUT").total_seconds() <= 0
+                or shutdown.stopping()
+            ):
                 return None
             place = self._parked[execution_id] = _Parked(version, threading.Condition(self._lock))
             return place
@@ -591,13 +619,16 @@ class WorkflowPool:
             place.dismissed = True
             return place.resumed
 
-    def dismiss_parked(self) -> None:
-        """Every parked run unwinds now (the worker stops; tests end)."""
+    def dismiss_parked(self, wait: float = 0.0) -> None:
+        """Every parked run unwinds now (the worker stops; tests end); wait up to ``wait``
+        seconds until they have left their places (they count busy again, so ``join``
+        then waits for their ends)."""
         with self._state:
             for place in self._parked.values():
                 place.dismissed = True
                 place.wake.notify()
             self._parked.clear()
+            self._state.wait_for(lambda: not self._parking, wait)
 
     def _resume(self, locked: store.LockedExecution) -> bool:
         """Hand ``locked`` to the run parked (or about to park) for its execution, if the
@@ -664,8 +695,8 @@ class WorkflowPool:
         before the test database is dropped)."""
         with self._state:
             busy = self._busy
-            self.dismiss_parked()
-            self._state.wait_for(lambda: not self._parking and self._busy <= busy, timeout)
+            self.dismiss_parked(timeout)
+            self._state.wait_for(lambda: self._busy <= busy, timeout)
             idle, self._idle = self._idle, 0  # each is promised a None: it retires
         for _ in range(idle):
             self._runs.put(None)

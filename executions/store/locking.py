@@ -15,6 +15,7 @@ from executions import errors, notify
 from executions.events import (
     Created,
     Locked,
+    Unlocked,
     compact_json,
     event_from_json,
     event_to_json,
@@ -29,11 +30,13 @@ from executions.models import (
     ExecutionEvent,
     ExecutionState,
 )
+from executions.outage import DATABASE_ERRORS
 from executions.sql import Statements, assignments_from, in_list, recordset_columns, recordset_values
 from executions.state_machine import (
     Lifecycle,
     State,
 )
+from executions.store.append import append_many
 from executions.store.common import (
     EVENT_FIELDS,
     _eid,
@@ -43,7 +46,7 @@ from executions.store.common import (
     _write_transaction,
     new_instance,
 )
-from executions.store.datatypes import Fence, LockedExecution, LockTerms
+from executions.store.datatypes import AppendItem, Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
 from executions.store.transitions import _apply, _check_fence, _write_applied, lock_fields, new_lock
 
@@ -196,7 +199,22 @@ def _lock_pending_in_one_message(
         for execution_id, ffqn, _, generation, _, _ in candidates
     }
     created = {row[0]: _json(row[6]) for row in rows}
-    return _locked_executions(candidates, locked_events, deployment_id, created, known)
+    try:
+        return _locked_executions(candidates, locked_events, deployment_id, created, known)
+    except DATABASE_ERRORS:  # the statement committed: what it locked goes back at once (D78)
+        _hand_back(candidates, locked_events)
+        raise
+
+
+def _hand_back(candidates, locked_events: dict[str, Locked]) -> None:
+    """Best effort: ``Unlocked`` for each claimed execution, with the claim's fence, so a
+    claim whose reads failed leaves nothing locked until its locks expire."""
+    unlocked = Unlocked(unlocked_at=_now(None), reason="handed back: reading its history failed")
+    items = [AppendItem(c[0], None, unlocked, Fence(locked_events[c[0]].run_id, c[3] + 1)) for c in candidates]
+    try:
+        append_many(items)
+    except Exception:  # the connection is gone too: the locks expire
+        pass
 
 
 @functools.cache
