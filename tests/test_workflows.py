@@ -1316,6 +1316,17 @@ def _starts(execution_id: str) -> int:
     return workflows.STARTS.count(execution_id)
 
 
+def _runs_to_its_end(pool: WorkflowPool, claimed: store.LockedExecution, value: int, *, starts: int) -> None:
+    """``claimed``, started in ``pool``, finishes its workflow with ``value``, the function
+    having started ``starts`` times in all, the log's versions contiguous."""
+    pool.start(claimed, COUNTED, DEPLOYMENT)
+    pool.join(SAFETY)
+    assert result(claimed.execution_id) == Ok(value)
+    assert _starts(claimed.execution_id) == starts
+    assert_versions_contiguous(claimed.execution_id)
+    pool.retire_idle(SAFETY)
+
+
 def test_an_interrupt_run_parked_in_its_worker_goes_on_where_it_was_when_that_worker_claims_it_next():
     """D77 through an executor, as a worker runs it: every call of an Interrupt workflow
     blocks and hands its row on; the run parks; the response makes the row pending; the
@@ -1355,12 +1366,7 @@ def test_a_parked_run_whose_row_another_worker_took_on_unwinds_and_the_claim_rea
     _finish_children(execution_id)
     claimed = _claim(COUNTED, stale)
     assert claimed.history is not None and len(claimed.history) > 0
-    pool.start(claimed, COUNTED, DEPLOYMENT)
-    pool.join(SAFETY)
-    assert result(execution_id) == Ok(3)
-    assert _starts(execution_id) == 3
-    assert_versions_contiguous(execution_id)
-    pool.retire_idle(SAFETY)
+    _runs_to_its_end(pool, claimed, 3, starts=3)
 
 
 def test_a_run_parked_past_its_timeout_unwinds_and_a_claim_made_for_it_still_runs(settings):
@@ -1381,12 +1387,7 @@ def test_a_run_parked_past_its_timeout_unwinds_and_a_claim_made_for_it_still_run
     _finish_children(execution_id)
     claimed = _claim(COUNTED, parked)
     assert claimed.history is None  # the claim took the parked run's word for it
-    pool.start(claimed, COUNTED, DEPLOYMENT)
-    pool.join(SAFETY)
-    assert result(execution_id) == Ok(1)
-    assert _starts(execution_id) == 2
-    assert_versions_contiguous(execution_id)
-    pool.retire_idle(SAFETY)
+    _runs_to_its_end(pool, claimed, 1, starts=2)
 
 
 def test_parked_runs_unwind_when_dismissed_and_a_full_pool_parks_no_more():
@@ -1406,6 +1407,19 @@ def test_parked_runs_unwind_when_dismissed_and_a_full_pool_parks_no_more():
     assert [store.get_state(e).corresponding_version for e in (first, second)] == versions
     assert [store.get_state(e).state for e in (first, second)] == ["blocked_by_join_set"] * 2
     pool.retire_idle(SAFETY)
+
+
+def _recorded_appends(monkeypatch) -> list[str]:
+    """From now on, the kind of every event ``store.append`` is asked to write."""
+    appended = []
+    append = store.append
+
+    def recording_append(execution_id, version, event, **options):
+        appended.append(type(event).__name__)
+        return append(execution_id, version, event, **options)
+
+    monkeypatch.setattr(store, "append", recording_append)
+    return appended
 
 
 def _lost_connection(*args, **kwargs):
@@ -1467,14 +1481,7 @@ def test_a_run_resumed_in_place_that_blocks_again_while_closing_leaves_the_hande
     world = World(execution_id, actions={workflows.child_workflow.ffqn: "hold"})
     while not world.step():
         time.sleep(0.01)
-    appended = []
-    append = store.append
-
-    def recording_append(execution_id, version, event, **options):
-        appended.append(type(event).__name__)
-        return append(execution_id, version, event, **options)
-
-    monkeypatch.setattr(store, "append", recording_append)
+    appended = _recorded_appends(monkeypatch)
     pool.start(_claim(spec, parked), spec, DEPLOYMENT)
     deadline = time.monotonic() + SAFETY
     while pool.parked_versions() or store.get_state(execution_id).state != "blocked_by_join_set":
@@ -1526,14 +1533,7 @@ def test_an_interrupted_run_leaves_its_row_to_the_next_claim_once_its_blocking_w
     poll, about half a second."""
     spec = workflows.fan_out
     execution_id = create_root(spec, [1, 2, 3])
-    appended = []
-    append = store.append
-
-    def recording_append(execution_id, version, event, **options):
-        appended.append(type(event).__name__)
-        return append(execution_id, version, event, **options)
-
-    monkeypatch.setattr(store, "append", recording_append)
+    appended = _recorded_appends(monkeypatch)
     run_root(execution_id, spec, None, blocking="interrupt")
     assert store.get_state(execution_id).state == "blocked_by_join_set"
     assert "Unlocked" not in appended
