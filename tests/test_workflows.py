@@ -1466,6 +1466,40 @@ def test_a_database_error_as_a_parked_run_resumes_hands_its_new_lock_back(monkey
     pool.retire_idle(SAFETY)
 
 
+def test_a_parked_run_that_can_neither_read_its_responses_nor_hand_its_lock_back_still_ends_quietly(monkeypatch):
+    """The connection is gone: the responses cannot be read, and the hand-back cannot be
+    written either. The run still ends as a lost worker's (its new lock expires and the
+    sweep makes it pending), and the error never reaches the workflow's own code."""
+    spec = replace(workflows.catches_everything, blocking="interrupt")
+    pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+    execution_id = create_root(spec, 1)
+    pool.start(lock_when_due(execution_id, spec), spec, DEPLOYMENT)
+    parked = _parked_in(pool, execution_id)
+    _finish_children(execution_id)
+    append = store.append
+
+    def no_hand_back(execution_id, version, event, **options):
+        if isinstance(event, Unlocked):
+            _lost_connection()
+        return append(execution_id, version, event, **options)
+
+    monkeypatch.setattr(store, "responses_after", _lost_connection)
+    monkeypatch.setattr(store, "append", no_hand_back)
+    pool.start(_claim(spec, parked), spec, DEPLOYMENT)
+    pool.join(SAFETY)
+    monkeypatch.undo()
+    assert not any(caught.startswith(execution_id) for caught in workflows.CAUGHT)
+    assert store.get_state(execution_id).state == "locked"  # by the lock nobody could hand back
+    deadline = time.monotonic() + SAFETY
+    while store.get_state(execution_id).pending_expires_finished > timezone.now():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    store.expire_lock(execution_id)  # the sweep
+    complete(execution_id, spec, World(execution_id))
+    assert result(execution_id) == Ok(1)
+    pool.retire_idle(SAFETY)
+
+
 def test_a_run_resumed_in_place_that_blocks_again_while_closing_leaves_the_handed_on_row_alone(monkeypatch, settings):
     """D72 for a parked run: a run that went on under a new lock, returned, and blocked
     again closing its join sets (a child workflow to await) has handed its row on with that

@@ -122,6 +122,20 @@ def counted_calls(ctx, n: int) -> int:
     return total
 
 
+CAUGHT: list[str] = []  # what ``catches_everything`` caught, by execution (a side channel)
+
+
+@workflow(name="test:wf/flows.catches-everything", lock_duration=LOCK)
+def catches_everything(ctx, x: int) -> int:
+    """A direct call inside ``except Exception``: the engine's own failures must never land
+    here (they are signals a workflow cannot swallow)."""
+    try:
+        return ctx.call(fn2, x)
+    except Exception as error:
+        CAUGHT.append(f"{ctx.execution_id}: {type(error).__name__}")
+        return -1
+
+
 @workflow(name="test:wf/flows.child", lock_duration=LOCK)
 def child_workflow(ctx, x: int) -> int:
     return ctx.call(fn2, x) + 1

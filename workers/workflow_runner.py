@@ -512,11 +512,12 @@ def _call(spec: ActivityFunction, ctx: WorkflowContext, locked: store.LockedExec
 
 def _release_if_locked(locked: store.LockedExecution, reason: str) -> None:
     """An interrupted run whose row is still locked (it was not waiting on a join set)
-    hands it back, so the next run starts at once instead of after the lock expires."""
+    hands it back, so the next run starts at once instead of after the lock expires.
+    Best effort: without a database the lock expires, and the sweep hands it back."""
     try:
         store.append(locked.execution_id, None, Unlocked(unlocked_at=timezone.now(), reason=reason), fence=locked.fence)
-    except errors.StoreError:
-        pass  # blocked on a join set (the usual interrupt), finished, or the lock is gone
+    except (errors.StoreError, *DATABASE_ERRORS):
+        pass  # blocked on a join set (the usual interrupt), finished, the lock is gone, or no database
 
 
 @dataclass
