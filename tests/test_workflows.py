@@ -1390,6 +1390,28 @@ def test_a_run_parked_past_its_timeout_unwinds_and_a_claim_made_for_it_still_run
     _runs_to_its_end(pool, claimed, 1, starts=2)
 
 
+def test_a_parked_run_is_not_counted_as_running_in_its_clusters_load():
+    """The cluster's load (``heartbeat.running``, the dashboard's running count) counts a
+    workflow run while its thread runs; a parked run holds no lock and runs nothing."""
+    from workers import heartbeat
+
+    heartbeat.prepare_cluster()
+    try:
+        pool = WorkflowPool(size=2, idle_seconds=SAFETY)
+        execution_id = create_root(COUNTED, 1)
+        pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
+        parked = _parked_in(pool, execution_id)
+        deadline = time.monotonic() + SAFETY
+        while heartbeat.running_now() != 0:
+            assert time.monotonic() < deadline, "a parked run is counted as running"
+            time.sleep(0.02)
+        _finish_children(execution_id)
+        _runs_to_its_end(pool, _claim(COUNTED, parked), 1, starts=1)
+        assert heartbeat.running_now() == 0
+    finally:
+        heartbeat._running = None
+
+
 def test_parked_runs_unwind_when_dismissed_and_a_full_pool_parks_no_more():
     """At most ``size`` runs park; the others unwind at once. ``dismiss_parked`` (a
     stopping worker) sends every parked run away; none of them writes anything."""

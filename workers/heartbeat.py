@@ -10,8 +10,8 @@ gone after ``GONE_AFTER`` (the dashboard, ``store.list_clusters``).
 *Running* is a counter the cluster's processes share (created here before django-q2 forks
 them, like ``workers.lingering``): an executor adds a claimed batch when it starts running
 it and takes it off when the batch is done (two increments per batch, not per execution),
-a workflow run counts while its thread runs. Outside a cluster (tests, scripts) the
-counter does not exist and counting costs nothing.
+a workflow run counts while its thread runs, not while it is parked (D77). Outside a
+cluster (tests, scripts) the counter does not exist and counting costs nothing.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def prepare_cluster() -> None:
 
 @contextlib.contextmanager
 def running(count: int = 1):
-    """Count ``count`` executions as running while the block runs."""
-    if _running is None or count <= 0:
+    """Count ``count`` executions as running while the block runs (a negative count: as
+    not running, inside a block that counts them, as a parked workflow run, D77)."""
+    if _running is None or count == 0:
         yield
         return
     with _running.get_lock():

@@ -176,7 +176,7 @@ class StoreWaiter:
     may have arrived between the claim that loaded them and the subscription), and after
     that only when a notification names this execution or nothing is known (D63)."""
 
-    holds_lock = True
+    holds_lock = holding = True  # waits with the lock, and holds it all along
 
     def __init__(self, execution_id: str, lease: StoreLease):
         self.execution_id = execution_id
@@ -436,14 +436,10 @@ def _run(
             if isinstance(waiter, ParkedWait):
                 waiter.history, waiter.log = history, log
             outcome = _call(spec, ctx, locked)
-            _finish(writer, history, outcome, holding=lambda: waiter is not None and _holding(waiter))
+            _finish(writer, history, outcome, holding=lambda: waiter is not None and waiter.holding)
     finally:
         if waiter is not None:
             waiter.close()
-
-
-def _holding(waiter: StoreWaiter | ParkedWait) -> bool:
-    return waiter.holds_lock or waiter.holding
 
 
 def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *, holding: Callable[[], bool]) -> None:
@@ -461,7 +457,7 @@ def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *
         history.finalize()
     except WorkflowInterrupt:
         if holding():
-            _release_if_locked(writer.locked, "interrupted while locked: the worker is stopping")
+            _release_if_locked(writer.locked, "interrupted while locked")
         return
     except WriteFailed as failed:
         locked = writer.locked
@@ -596,10 +592,11 @@ class WorkflowPool:
                 self._parking += 1
                 self._state.notify_all()
                 try:
-                    while place.resumed is None and not place.dismissed and not shutdown.stopping():
-                        if (remaining := deadline - time.monotonic()) <= 0:
-                            break
-                        place.wake.wait(min(remaining, 0.5))
+                    with heartbeat.running(-1):  # the cluster's load: it runs nothing
+                        while place.resumed is None and not place.dismissed and not shutdown.stopping():
+                            if (remaining := deadline - time.monotonic()) <= 0:
+                                break
+                            place.wake.wait(min(remaining, 0.5))
                 finally:
                     self._parking -= 1
                     if place.resumed is None:
