@@ -569,8 +569,7 @@ class WorkflowPool:
         """A place for ``execution_id``'s run to park at ``version`` (replacing ``previous``),
         reserved before the write that may block it; None when the pool has no room."""
         with self._state:
-            if self._parked.get(execution_id) is previous is not None:
-                del self._parked[execution_id]
+            self._forget(execution_id, previous)
             if (
                 len(self._parked) >= self.size
                 or conf.get("PARKED_RUN_TIMEOUT").total_seconds() <= 0
@@ -602,8 +601,7 @@ class WorkflowPool:
                     if place.resumed is None:
                         self._busy += 1  # it unwinds: a run again until it ends
                     self._state.notify_all()
-            if self._parked.get(execution_id) is place:
-                del self._parked[execution_id]
+            self._forget(execution_id, place)
             return place.resumed
 
     def leave(self, execution_id: str, place: _Parked | None) -> store.LockedExecution | None:
@@ -612,10 +610,15 @@ class WorkflowPool:
         if place is None:
             return None
         with self._state:
-            if self._parked.get(execution_id) is place:
-                del self._parked[execution_id]
+            self._forget(execution_id, place)
             place.dismissed = True
             return place.resumed
+
+    def _forget(self, execution_id: str, place: _Parked | None) -> None:
+        """``place`` is no longer where ``execution_id``'s run may park (a claim may have
+        taken it out already, or a newer place replaced it). Under the pool's lock."""
+        if place is not None and self._parked.get(execution_id) is place:
+            del self._parked[execution_id]
 
     def dismiss_parked(self, wait: float = 0.0) -> None:
         """Every parked run unwinds now (the worker stops; tests end); wait up to ``wait``

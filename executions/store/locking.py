@@ -257,9 +257,9 @@ def _locked_executions(
         created = dict(
             ExecutionEvent.objects.filter(execution_id__in=ids, version=0).values_list("execution_id", "json_value")
         )
-    workflows = {c[0] for c in candidates if c[5] == "workflow" and known.get(c[0]) != c[2]}
-    histories = _histories(sorted(workflows)) if workflows else {}
-    responses = _responses_of(sorted(workflows)) if workflows else {}
+    workflows = [c[0] for c in candidates if c[5] == "workflow" and known.get(c[0]) != c[2]]
+    histories = _histories(workflows) if workflows else {}
+    responses = _responses_of(workflows) if workflows else {}
     out = []
     for execution_id, ffqn, version, generation, intermittent, component_type in candidates:
         body = created[execution_id][Created.VARIANT]
