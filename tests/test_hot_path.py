@@ -441,16 +441,18 @@ def _finishing_items(children: list[str]) -> list[store.AppendItem]:
 
 
 def test_a_group_commit_locks_its_executions_and_the_parents_they_answer_in_one_query():
-    """D68: a group commit that finishes children locks their rows and their parent's row
-    with one query (before, a second round trip locked the parents once the batch was
-    applied), and every response reaches the parent."""
+    """D68: a group commit's transaction that finishes children locks their rows and their
+    parent's row with one query (before, a second round trip locked the parents once the
+    batch was applied), and every response reaches the parent. (On PostgreSQL outside a
+    transaction the whole group commit is one statement, D81.)"""
+    from django.db import transaction
     from django.test.utils import CaptureQueriesContext
 
     from executions.models import JoinSetResponse
 
     workflow, children, _ = _wide_join_set(3)
     items = _finishing_items(children)
-    with CaptureQueriesContext(connection) as answering:
+    with CaptureQueriesContext(connection) as answering, transaction.atomic():
         assert all(isinstance(r, int) for r in store.append_many(items))
     loads = [q["sql"] for q in answering.captured_queries if "FROM t_state WHERE" in q["sql"]]
     assert len(loads) == 1, loads
@@ -458,10 +460,14 @@ def test_a_group_commit_locks_its_executions_and_the_parents_they_answer_in_one_
 
 
 @pytest.mark.postgres_only
-def test_a_group_commit_locks_children_before_their_parents_as_every_other_writer_does():
+@pytest.mark.parametrize("in_one_statement", [True, False], ids=["one statement", "transaction"])
+def test_a_group_commit_locks_children_before_their_parents_as_every_other_writer_does(in_one_statement):
     """D68: the one query locks the batch's own rows first, then the parents (id order alone
-    would put a parent first). A writer that holds a child and then wants the parent, as a
-    single append of a child's result does, is waited for instead of deadlocked."""
+    would put a parent first), and so does the one statement of D81. A writer that holds a
+    child and then wants the parent, as a single append of a child's result does, is waited
+    for instead of deadlocked."""
+    import contextlib
+
     from django.db import connection as this_threads
     from django.db import transaction
 
@@ -485,7 +491,8 @@ def test_a_group_commit_locks_children_before_their_parents_as_every_other_write
     writer = threading.Thread(target=child_then_parent)
     writer.start()
     assert held.wait(10)
-    results = store.append_many(items)
+    with contextlib.nullcontext() if in_one_statement else transaction.atomic():
+        results = store.append_many(items)
     writer.join(10)
     assert failures == []
     assert all(isinstance(r, int) for r in results)
@@ -675,6 +682,137 @@ def test_a_result_whose_lock_moved_on_is_refused_while_the_rest_of_its_group_com
     assert store.get_finished_result(kept) == Ok(kept)
     state = store.get_state(lost)
     assert (state.state, state.run_id) == ("locked", taken_over.fence.run_id)
+
+
+def _blocked_parent_with_a_locked_child(strategy: str, at, run_id: str, executor_id: str):
+    """A workflow (locked by ``run_id`` at ``at``) that started one child in a join set and
+    waits for it as ``strategy`` does: Interrupt with its run ended (blocked, due as soon as
+    a response comes), Await with its run waiting in place (due at its lock's expiry).
+    Returns the workflow, and the child's result as its run's group commit appends it."""
+    from executions.events import JoinNext
+    from tests.helpers import create_workflow, history, start_child
+
+    workflow = create_workflow(now=at)
+    locked = lock(workflow, now=at, run_id=run_id, executor_id=executor_id)
+    child, version = start_child(workflow, "n:wait", locked.next_version, fence=locked.fence, now=at)
+    expires = at if strategy == "interrupt" else locked.locked.lock_expires_at
+    join_next = history(JoinNext(join_set_id="n:wait", run_expires_at=expires))
+    store.append(workflow, version, join_next, fence=locked.fence, now=at)
+    fence = lock(child, now=at, run_id=run_id, executor_id=executor_id).fence
+    return workflow, store.AppendItem(child, None, Finished(retval=Ok({"n": [1, 2.5]})), fence)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("strategy", ["interrupt", "await"])
+def test_a_group_commit_of_childrens_results_in_one_message_writes_what_the_transaction_writes(strategy):
+    """D81: outside a transaction, a group commit of children's results is one statement,
+    as one of top-level results is (D70). It returns the same version and makes the same
+    child row and ``Finished`` event (byte for byte), the same response (seq, time, join
+    set, version, value), the same parent row (due now under Interrupt, at its lock's expiry
+    under Await), the same notifications, and hands this process's listeners the same
+    response (D67), as the group commit's transaction makes of a twin family."""
+    import dataclasses
+
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.ids import new_executor_id, new_run_id
+
+    at, run_id, executor_id = timezone_now(), new_run_id(), new_executor_id()
+    first, first_item = _blocked_parent_with_a_locked_child(strategy, at, run_id, executor_id)
+    second, second_item = _blocked_parent_with_a_locked_child(strategy, at, run_id, executor_id)
+    finished_at = timezone_now()
+
+    with notify.Listener([notify.RESPONSE, notify.PENDING]) as listener:
+        with CaptureQueriesContext(connection) as finishing:
+            in_one_message = store.append_many([first_item], now=finished_at)
+        assert len(finishing.captured_queries) == 1
+        heard = {first: _heard(listener, first)}
+        with transaction.atomic():
+            in_a_transaction = store.append_many([second_item], now=finished_at)
+        heard[second] = _heard(listener, second)
+
+    assert in_one_message == in_a_transaction == [2]
+    assert _row_of(first_item.execution_id) == _row_of(second_item.execution_id)
+    assert _log_of(first_item.execution_id)[-1] == _log_of(second_item.execution_id)[-1]
+    assert _row_of(first) == _row_of(second)
+    assert store.get_state(first).state == "pending_at"
+
+    def seen(parent: str, responses) -> list:
+        return [dataclasses.replace(r, child_execution_id=None) for r in responses]
+
+    (response,) = store.get(first).responses
+    assert (response.seq, response.child_execution_id, response.finished_version) == (1, first_item.execution_id, 2)
+    assert seen(first, store.get(first).responses) == seen(second, store.get(second).responses)
+    assert seen(first, heard[first]["values"]) == seen(second, heard[second]["values"])
+    assert seen(first, heard[first]["values"]) == seen(first, store.get(first).responses)
+    assert heard[first]["pending"] == heard[second]["pending"] == (strategy == "interrupt")
+
+
+def _heard(listener, parent: str) -> dict:
+    """What a commit of this process announced: the responses its listeners were handed
+    for ``parent`` with the ``obelisk_response`` notification (D67), and whether the
+    workflows' function was announced on ``obelisk_pending``. Delivered at the commit, so
+    everything is there once the notifications stop coming."""
+    from tests.helpers import WORKFLOW_FFQN
+
+    heard = {"values": [], "pending": False}
+    while notes := listener.wait(0.2):
+        for note in notes:
+            if parent in note.items:
+                heard["values"] += [r for p, r in note.responses if p == parent]
+            heard["pending"] |= note.channel == notify.PENDING and WORKFLOW_FFQN in note.items
+    return heard
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_response_given_while_the_one_statement_waits_for_the_parent_sends_the_batch_to_the_transaction():
+    """D81: the statement reads a parent's last response seq in its snapshot, taken before
+    it waited for the parent's lock. Another group commit that answered the same parent and
+    committed meanwhile took that seq: the statement fails on the per-parent seq key and
+    writes nothing, and the transaction, which reads the responses afresh under the lock,
+    writes the batch. Both responses are there, in commit order, and nothing fails."""
+    from django.db import connection as this_threads
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    workflow, children, _ = _wide_join_set(2)
+    first, second = _finishing_items(children)
+    holding, failures = threading.Event(), []
+
+    def answer_first_and_commit_once_the_statement_waits():
+        try:
+            with transaction.atomic(), this_threads.cursor() as cursor:
+                assert isinstance(store.append_many([first])[0], int)  # holds the parent's row
+                holding.set()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                    if cursor.fetchone()[0]:
+                        break
+                    time.sleep(0.01)
+        except Exception as error:
+            failures.append(error)
+        finally:
+            holding.set()
+            this_threads.close()
+
+    answering = threading.Thread(target=answer_first_and_commit_once_the_statement_waits)
+    answering.start()
+    assert holding.wait(10)
+    with CaptureQueriesContext(connection) as sent:
+        (result,) = store.append_many([second])
+    answering.join(10)
+    assert failures == []
+    assert result == 2
+    assert len(sent.captured_queries) > 1  # the statement, then the transaction
+    responses = [(r.seq, r.child_execution_id) for r in store.get(workflow).responses]
+    assert responses == [(1, first.execution_id), (2, second.execution_id)]
+    assert store.get_state(second.execution_id).state == "finished"
 
 
 def _finished_items(listener, wanted: set[str]) -> dict:
@@ -1211,7 +1349,7 @@ def test_a_group_commit_of_results_finds_its_rows_by_id_however_many_executions_
     locked = _analyzed_table(finished=3000, locked=3)
     now = timezone_now()
     ids = [locked[0].execution_id]
-    rows, _ = _finished_rows(ids, [store.AppendItem(ids[0], None, Finished(retval=Ok(1)), locked[0].fence)], now)
+    rows, _, _ = _finished_rows(ids, [store.AppendItem(ids[0], None, Finished(retval=Ok(1)), locked[0].fence)], now)
     at = connection.ops.adapt_datetimefield_value(now)
     plan = _generic_plan(_finish_sql(_FINISH_FIELDS), [compact_json(rows), ids, at, at, notify.FINISHED])
     assert "t_state_locked_expiry" not in plan, plan

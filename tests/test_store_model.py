@@ -454,9 +454,9 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), value=PARAMS)
     def group_commit(self, data, value):
         """An executor's group commit (``append_many``) of runs' results, some with a fence
-        that is no longer the lock: each item succeeds or fails on its own. Top-level
-        results go in one statement on PostgreSQL outside a transaction (D70), the others
-        and the refused ones through the transaction."""
+        that is no longer the lock: each item succeeds or fails on its own. The results go in
+        one statement on PostgreSQL outside a transaction (D70, D81), the refused ones (and a
+        batch with a parent and its child) through the transaction."""
         candidates = [e for e in self.execs.values() if e.fences and e.state != FINISHED]
         chosen = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=4, unique_by=lambda e: e.id))
         stale = data.draw(st.lists(st.booleans(), min_size=len(chosen), max_size=len(chosen)))
@@ -832,9 +832,11 @@ class StoreMachine(RuleBasedStateMachine):
             lambda e: e.parent and e.state == PENDING and e.lifecycle == ACTIVE and e.at <= self.now
         )
     )
-    @rule(index=INDEX, value=PARAMS)
-    def worker_runs_a_child(self, index, value):
-        """A worker locks a due child and finishes it: its response reaches the parent (D10)."""
+    @rule(index=INDEX, value=PARAMS, group_commit=st.booleans())
+    def worker_runs_a_child(self, index, value, group_commit=False):
+        """A worker locks a due child and finishes it: its response reaches the parent (D10).
+        As an executor does, or with its group commit (``append_many``), which on PostgreSQL
+        outside a transaction is one statement (D81)."""
         e = self.pick(index, lambda e: e.parent and e.state == PENDING and e.lifecycle == ACTIVE and e.at <= self.now)
         who = self.new_run()
         locked = store.lock_one(
@@ -842,7 +844,11 @@ class StoreMachine(RuleBasedStateMachine):
         )
         self.m_lock(e, who, TERMS, new=True)
         assert locked.fence == e.fence
-        assert store.append(e.id, None, Finished(retval=Ok(value)), fence=e.fence, now=self.now) == e.version + 1
+        if group_commit:
+            item = store.AppendItem(e.id, None, Finished(retval=Ok(value)), e.fence)
+            assert store.append_many([item], now=self.now) == [e.version + 1]
+        else:
+            assert store.append(e.id, None, Finished(retval=Ok(value)), fence=e.fence, now=self.now) == e.version + 1
         self.m_finish(e, RK_OK, fenced=True, retval=("ok", exact(value)))
 
     # -- what must hold after every step --------------------------------------------------
@@ -933,8 +939,8 @@ def test_store_behaves_like_its_specification_model():
 @pytest.mark.django_db(transaction=True)
 def test_store_outside_a_transaction_behaves_like_its_specification_model():
     """The same machine with every operation as its own transaction, as workers call the
-    store: on PostgreSQL a claim of activities and a group commit of top-level results are
-    then one statement each (D69, D70) instead of the transaction the test above runs them
+    store: on PostgreSQL a claim of activities and a group commit of runs' results are then
+    one statement each (D69, D70, D81) instead of the transaction the test above runs them
     in, and must leave the store where the model says."""
     _run_machine(examples=25, steps=40)
 

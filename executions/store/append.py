@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -25,7 +26,7 @@ from executions.models import (
     ExecutionState,
 )
 from executions.sql import Statements, assignments_from, recordset_columns, recordset_values
-from executions.state_machine import State
+from executions.state_machine import Lifecycle, State
 from executions.store.common import (
     EVENT_FIELDS,
     _add_backtrace,
@@ -44,8 +45,10 @@ from executions.store.datatypes import (
     CreateRequest,
     Fence,
     LockedExecution,
+    Response,
 )
 from executions.store.transitions import (
+    PENDING_CLEARS,
     ResponseBatch,
     _append_events_in_tx,
     _Applied,
@@ -167,7 +170,7 @@ def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list
     ids = [_eid(item.execution_id) for item in items]
     if len(set(ids)) != len(ids):
         raise errors.ValidationFailed("append_many takes each execution at most once")
-    written = _finish_in_one_message(ids, items, now) if _top_level_results(ids, items) else {}
+    written = _finish_in_one_message(ids, items, now) if _runs_results(ids, items) else {}
     rest = [(execution_id, item) for execution_id, item in zip(ids, items, strict=True) if execution_id not in written]
     in_transaction = iter(_append_many_in_transaction([r[0] for r in rest], [r[1] for r in rest], now) if rest else [])
     return [written[execution_id] if execution_id in written else next(in_transaction) for execution_id in ids]
@@ -213,81 +216,187 @@ def _append_many_in_transaction(
     return results
 
 
-def _top_level_results(ids: list[str], items: list[AppendItem]) -> bool:
-    """Whether every item is a run's result of a top-level execution: a ``Finished`` with
-    the run's fence and no version, answering no parent (D70)."""
+def _runs_results(ids: list[str], items: list[AppendItem]) -> bool:
+    """Whether every item is a run's result: a ``Finished`` with the run's fence and no
+    version (D70); a child's answers a parent that is not itself in the batch (D81)."""
     return all(
-        isinstance(item.event, Finished) and item.fence is not None and item.version is None and "." not in execution_id
-        for execution_id, item in zip(ids, items, strict=True)
-    )
+        isinstance(item.event, Finished) and item.fence is not None and item.version is None for item in items
+    ) and not _parents_answered(ids, items) & set(ids)
 
 
 def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetime) -> dict[str, int]:
-    """A group commit of top-level results as one statement, sent as its own transaction
-    (D70): the batch's rows are locked by id, in id order (never through the index of every
-    locked row, D76); those whose lock is still the run's (state ``locked``, the fence's
-    run and generation) are finished and logged, and their ``obelisk_finished``
-    notifications sent, by CTEs. Returns the versions written; an item not among them (its
-    lock moved on) is left to the transaction, which says why. Nothing is written when an
-    item's value cannot be stored: the transaction refuses it on its own."""
+    """A group commit of runs' results as one statement, sent as its own transaction (D70,
+    D81): the batch's rows are locked by id, in id order (never through the index of every
+    locked row, D76), then the rows of the parents their results answer, in id order
+    (D68); those whose lock is still the run's (state ``locked``, the fence's run and
+    generation) are finished and logged, each child's result goes to its parent as the
+    next response, a parent waiting on that join set goes pending, and the notifications
+    are sent, by CTEs. Returns the versions written; an item not among them (its lock moved
+    on) is left to the transaction, which says why. Nothing is written when an item's value
+    cannot be stored (the transaction refuses it on its own), nor when a response another
+    transaction gave a parent meanwhile takes the seq this statement's snapshot saw free:
+    the transaction then writes the batch, reading the responses afresh."""
     statements = Statements()
     if not statements.can_run_in_own_transaction():
         return {}
     try:
-        rows, finished = _finished_rows(ids, items, now)
+        rows, finished, answered = _finished_rows(ids, items, now)
     except errors.StoreError:  # a value that cannot be stored: the transaction refuses it alone
         return {}
     at = connection.ops.adapt_datetimefield_value(now)
-    statements.add(_finish_sql(_FINISH_FIELDS), [compact_json(rows), ids, at, at, notify.FINISHED])
+    if answered:
+        parents = sorted({parent for parent, _ in answered.values()})
+        params = [compact_json(rows), ids, at, at, parents, at, at, at, at]
+        params += [notify.FINISHED, notify.RESPONSE, notify.PENDING]
+    else:
+        params = [compact_json(rows), ids, at, at, notify.FINISHED]
+    statements.add(_finish_sql(_FINISH_FIELDS, answering=bool(answered)), params)
     notify.sent_from(connection.connection)  # before the commit, whose echo it tells apart
     try:
-        written = {execution_id: version for execution_id, version, _ in statements.run_in_own_transaction()}
+        returned = statements.run_in_own_transaction()
     except IntegrityError as error:
+        if answered and "t_join_set_response_seq" in str(error):
+            return {}  # a response committed while the statement waited for its parent's lock
         raise errors.Conflict(f"constraint violated: {error}") from error
+    written = {execution_id: version for execution_id, version, *_ in returned}
     if written:
-        notes = notify.Notes(
-            finished=[item for item, execution_id in zip(finished, ids, strict=True) if execution_id in written]
-        )
-        notify.deliver_locally(notes.messages())
+        notify.deliver_locally(*_written_notes(rows, finished, returned))
     return written
 
 
-def _finished_rows(ids: list[str], items: list[AppendItem], now: datetime) -> tuple[list[dict], list[str]]:
+def _written_notes(rows: list[dict], finished: list[str], returned: list[tuple]) -> tuple[list, list]:
+    """What the statement announced and the responses it inserted, as ``Notes`` gives them
+    to this process's listeners (D67): of the rows written only."""
+    written = {row[0]: row for row in returned}
+    notes = notify.Notes(
+        finished=[item for item, row in zip(finished, rows, strict=True) if row["execution_id"] in written]
+    )
+    for row in rows:
+        if row["execution_id"] in written and "parent_id" in row:
+            _, version, seq, created_at, pending_ffqn = written[row["execution_id"]][:5]
+            notes.responses.append(row["parent_id"])
+            if pending_ffqn is not None:
+                notes.pending_ffqns.add(pending_ffqn)
+            as_stored = json.loads(compact_json(row["json_value"]))
+            response = Response.of(
+                seq, created_at, row["answers_join_set"], None, None, row["execution_id"], version, as_stored
+            )
+            notes.response_values.append((row["parent_id"], response))
+    return notes.messages(), notes.response_values
+
+
+def _finished_rows(
+    ids: list[str], items: list[AppendItem], now: datetime
+) -> tuple[list[dict], list[str], dict[str, tuple[str, str]]]:
     """The statement's document, a row per item (its fence, the columns ``finish_fields``
-    sets, its ``Finished`` event and its ``obelisk_finished`` item with the payload it goes
-    in), and those items. Checks each value as ``_apply`` does (``ValidationFailed``)."""
-    rows, finished = [], []
-    for execution_id, item in zip(ids, items, strict=True):
+    sets, its ``Finished`` event, its ``obelisk_finished`` item with the payload it goes
+    in, and for a child the parent and join set its result answers, with the payload of
+    its ``obelisk_response`` item), those items, and the children's parents and join sets.
+    Checks each value as ``_apply`` does (``ValidationFailed``)."""
+    rows, finished, answered = [], [], {}
+    for position, (execution_id, item) in enumerate(zip(ids, items, strict=True)):
         event = _bounded_failure(item.event)
         retval = retval_to_json(event.retval)
         _json_payload("return value", retval)
         fields = finish_fields(event, now)
         finished.append(notify.finished_item(execution_id, retval))
-        rows.append(
-            {
-                "execution_id": execution_id,
-                "fence_run_id": item.fence.run_id,
-                "fence_generation": item.fence.lock_generation,
-                **recordset_values(ExecutionState, _FINISH_FIELDS, fields),
-                "json_value": event_to_json(event),
-            }
-        )
+        row = {
+            "execution_id": execution_id,
+            "fence_run_id": item.fence.run_id,
+            "fence_generation": item.fence.lock_generation,
+            **recordset_values(ExecutionState, _FINISH_FIELDS, fields),
+            "json_value": event_to_json(event),
+            "n": position,
+        }
+        if "." in execution_id:
+            parent, join_set = ExecutionId.parse(execution_id).split_to_parts()
+            answered[execution_id] = row["parent_id"], row["answers_join_set"] = str(parent), str(join_set)
+        rows.append(row)
     for row, item, chunk in zip(rows, finished, notify.chunk_numbers(finished), strict=True):
         row.update(item=item, chunk=chunk)
-    return rows, finished
+    parents = [row["parent_id"] for row in rows if "parent_id" in row]
+    for row, chunk in zip([row for row in rows if "parent_id" in row], notify.chunk_numbers(parents), strict=True):
+        row["response_chunk"] = chunk
+    return rows, finished, answered
 
 
 _FINISH_FIELDS = tuple(finish_fields(Finished(retval=Ok(None)), datetime.now(UTC)))
 
 
 @functools.cache
-def _finish_sql(names: tuple[str, ...]) -> str:
-    return f"""
+def _finish_sql(names: tuple[str, ...], *, answering: bool = False) -> str:
+    """D70's statement; ``answering`` (D81): the batch has children, whose results go to
+    their parents as ``_deliver_response`` sends them (spec 000 §6.4)."""
+    if not answering:
+        return f"""
 WITH v AS (
     SELECT * FROM json_to_recordset(%s) AS v(execution_id text, fence_run_id text, fence_generation bigint,
         {recordset_columns(ExecutionState, names)}, json_value json, item text, chunk integer)
 ),
-by_id AS (
+{_finish_ctes(names)}
+notifying AS (
+    SELECT pg_notify(%s, string_agg(v.item, E'\\n' ORDER BY c.execution_id))
+    FROM c JOIN v ON v.execution_id = c.execution_id GROUP BY v.chunk
+)
+SELECT c.execution_id, c.corresponding_version + 1, (SELECT count(*) FROM notifying) FROM c
+"""
+    no_wait = ", ".join(f"{name} = NULL" for name in PENDING_CLEARS)
+    return f"""
+WITH v AS (
+    SELECT * FROM json_to_recordset(%s) AS v(execution_id text, fence_run_id text, fence_generation bigint,
+        {recordset_columns(ExecutionState, names)}, json_value json, item text, chunk integer,
+        n integer, parent_id text, answers_join_set text, response_chunk integer)
+),
+{_finish_ctes(names)}
+parents AS (
+    SELECT p.execution_id, p.state, p.join_set_id, p.lifecycle, p.pending_expires_finished FROM t_state p
+    WHERE p.execution_id = ANY (%s::text[]) AND (SELECT count(*) FROM by_id) >= 0
+    ORDER BY p.execution_id
+    FOR UPDATE OF p
+),
+answered AS (
+    UPDATE t_state s SET state = '{State.PENDING_AT.value}',
+        pending_expires_finished = GREATEST(q.pending_expires_finished, %s), {no_wait}, updated_at = %s
+    FROM parents q
+    WHERE s.execution_id = q.execution_id AND q.state = '{State.BLOCKED_BY_JOIN_SET.value}'
+        AND q.lifecycle <> '{Lifecycle.CANCELLING.value}'
+        AND q.join_set_id IN (SELECT v.answers_join_set FROM c JOIN v ON v.execution_id = c.execution_id
+                              WHERE v.parent_id = q.execution_id)
+    RETURNING s.execution_id, s.ffqn, s.lifecycle, s.pending_expires_finished
+),
+responding AS (
+    INSERT INTO t_join_set_response
+        (created_at, execution_id, join_set_id, delay_id, delay_success, child_execution_id, finished_version, seq)
+    SELECT %s::timestamptz, v.parent_id, v.answers_join_set, NULL, NULL, c.execution_id, c.corresponding_version + 1,
+        (SELECT COALESCE(MAX(t.seq), 0) FROM t_join_set_response t WHERE t.execution_id = v.parent_id)
+            + row_number() OVER (PARTITION BY v.parent_id ORDER BY v.n)
+    FROM c JOIN v ON v.execution_id = c.execution_id JOIN parents q ON q.execution_id = v.parent_id
+    RETURNING child_execution_id, seq, created_at
+),
+due AS (
+    SELECT DISTINCT a.execution_id, a.ffqn FROM answered a
+    WHERE a.lifecycle = '{Lifecycle.ACTIVE.value}' AND a.pending_expires_finished <= %s
+),
+notifying AS (
+    SELECT pg_notify(%s, string_agg(v.item, E'\\n' ORDER BY c.execution_id))
+    FROM c JOIN v ON v.execution_id = c.execution_id GROUP BY v.chunk
+    UNION ALL
+    SELECT pg_notify(%s, string_agg(v.parent_id, E'\\n' ORDER BY v.n))
+    FROM c JOIN v ON v.execution_id = c.execution_id WHERE v.parent_id IS NOT NULL GROUP BY v.response_chunk
+    UNION ALL
+    SELECT pg_notify(%s, string_agg(DISTINCT due.ffqn, E'\\n')) FROM due HAVING count(*) > 0
+)
+SELECT c.execution_id, c.corresponding_version + 1, r.seq, r.created_at, due.ffqn, (SELECT count(*) FROM notifying)
+FROM c JOIN v ON v.execution_id = c.execution_id
+    LEFT JOIN responding r ON r.child_execution_id = c.execution_id
+    LEFT JOIN due ON due.execution_id = v.parent_id
+"""
+
+
+def _finish_ctes(names: tuple[str, ...]) -> str:
+    """Lock the batch's rows by id, keep those still held by the run (``c``), finish them
+    and log their ``Finished`` events: the part D70 and D81 share."""
+    return f"""by_id AS (
     SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation FROM t_state s
     WHERE s.execution_id = ANY (%s::text[])
     ORDER BY s.execution_id
@@ -308,13 +417,7 @@ logging AS (
         (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
     SELECT c.execution_id, c.corresponding_version + 1, %s, v.json_value, '{Finished.VARIANT}', NULL, NULL, false
     FROM c JOIN v ON v.execution_id = c.execution_id
-),
-notifying AS (
-    SELECT pg_notify(%s, string_agg(v.item, E'\\n' ORDER BY c.execution_id))
-    FROM c JOIN v ON v.execution_id = c.execution_id GROUP BY v.chunk
-)
-SELECT c.execution_id, c.corresponding_version + 1, (SELECT count(*) FROM notifying) FROM c
-"""
+),"""
 
 
 def _update_rows(changes: list[tuple[ExecutionState, set[str]]], statements: Statements) -> None:

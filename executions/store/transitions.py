@@ -308,6 +308,9 @@ _NO_LOCK = {"max_retries": None, "retry_exp_backoff_millis": None, "last_lock_ve
 _NO_WAIT = {"join_set_id": None, "join_set_closing": None}
 
 
+PENDING_CLEARS = tuple({**_NO_LOCK, **_NO_WAIT})  # the columns ``_to_pending`` empties
+
+
 def _to_pending(row: ExecutionState, at: datetime) -> set[str]:
     """§6.5 A/B; the holder (``executor_id``/``run_id``) is kept so it can extend its lock."""
     return _set(row, state=State.PENDING_AT, pending_expires_finished=at, **_NO_LOCK, **_NO_WAIT)
