@@ -35,7 +35,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from bench.run import FFQN, ROOT, child_env, note, percentile  # noqa: E402
+from bench.run import FFQN, ROOT, child_env, note, percentile, stop_with_the_benchmark  # noqa: E402
 from bench.support import own_database, running, warm_up  # noqa: E402
 
 DATABASE = "obelisk_bench_http"
@@ -81,6 +81,7 @@ class Server:
         self.process = subprocess.Popen(
             [sys.executable, "-c", SERVE, str(self.port)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=stop_with_the_benchmark,
         )  # fmt: skip
         self.base = f"http://127.0.0.1:{self.port}/api/v1"
         deadline = time.monotonic() + 60

@@ -245,6 +245,18 @@ def q2claim(admin_url: str, count: int, samples: int) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
+def stop_with_the_benchmark() -> None:
+    """In a cluster's process before it starts (``preexec_fn``): SIGTERM when the benchmark
+    that started it dies, so a benchmark killed midway leaves no cluster behind to claim
+    from the next run's database, which has the same name (Linux; elsewhere, nothing)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Cluster:
     """``manage.py obelisk_worker`` in a subprocess."""
 
@@ -255,6 +267,7 @@ class Cluster:
             env=child_env(url),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=stop_with_the_benchmark,
         )
 
     def stop(self) -> None:
@@ -284,6 +297,7 @@ class Clusters:
                     env=child_env(url),
                     stdout=subprocess.DEVNULL,
                     stderr=log,
+                    preexec_fn=stop_with_the_benchmark,
                 )  # fmt: skip
                 for _ in range(count)
             ]

@@ -51,6 +51,7 @@ from bench.run import (  # noqa: E402
     process_tree,
     recreate_database,
     rss_mib,
+    stop_with_the_benchmark,
 )
 
 # A database of its own, so that bench/run.py running at the same time does not drop it.
@@ -121,6 +122,7 @@ class WorkflowCluster(Cluster):
             env={**child_env(url), **EXTRA_ENV},
             stdout=subprocess.DEVNULL,
             stderr=open(ROOT / "var" / "bench-workflows-worker.log", "w"),  # noqa: SIM115
+            preexec_fn=stop_with_the_benchmark,
         )
 
 
