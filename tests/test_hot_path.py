@@ -749,6 +749,55 @@ def test_a_group_commit_of_childrens_results_in_one_message_writes_what_the_tran
     assert heard[first]["pending"] == heard[second]["pending"] == (strategy == "interrupt")
 
 
+@pytest.mark.postgres_only
+def test_a_group_commit_locks_a_parked_runs_workflow_as_its_claim_would():
+    """D82: a child's result that answers a workflow whose run is parked in the writer's
+    process (``ParkedRuns``, at the version its run wrote last) locks that workflow for the
+    writer in the same statement. The row, the whole log (its ``Locked`` event byte for
+    byte) and the lock are what the group commit and then a claim of the pending workflow
+    make of a twin; the responses the run needs come back with it. A workflow whose row
+    moved on since its run parked goes pending, for a claim, as without ``parked``."""
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.ids import new_executor_id, new_run_id
+    from tests.helpers import DEPLOYMENT, WORKFLOW_FFQN, WORKFLOW_TERMS
+
+    at, run_id, executor_id = timezone_now(), new_run_id(), new_executor_id()
+    first, first_item = _blocked_parent_with_a_locked_child("interrupt", at, run_id, executor_id)
+    second, second_item = _blocked_parent_with_a_locked_child("interrupt", at, run_id, executor_id)
+    moved, moved_item = _blocked_parent_with_a_locked_child("interrupt", at, run_id, executor_id)
+    version = store.get_state(first).corresponding_version
+    finished_at, claimer, claim_run = timezone_now(), new_executor_id(), new_run_id()
+    parked = store.ParkedRuns(
+        {first: (version, WORKFLOW_TERMS), moved: (version - 1, WORKFLOW_TERMS)}, claimer, claim_run, DEPLOYMENT
+    )
+
+    with CaptureQueriesContext(connection) as finishing:
+        assert store.append_many([first_item, moved_item], now=finished_at, parked=parked) == [2, 2]
+    assert len(finishing.captured_queries) == 1
+    assert store.append_many([second_item], now=finished_at) == [2]
+    assert store.get_state(second).state == store.get_state(moved).state == "pending_at"
+    claimed = store.lock_pending(
+        {WORKFLOW_FFQN: WORKFLOW_TERMS},
+        limit=5,
+        executor_id=claimer,
+        run_id=claim_run,
+        deployment_id=DEPLOYMENT,
+        now=finished_at,
+        known={second: version, moved: version},
+    )
+    assert sorted(c.execution_id for c in claimed) == sorted([second, moved])
+    (twin,) = [c for c in claimed if c.execution_id == second]
+
+    assert set(parked.resumed) == {first}
+    locked, locked_version, responses = parked.resumed[first]
+    assert (locked, locked_version) == (twin.locked, twin.next_version - 1)
+    assert _row_of(first) == _row_of(second)
+    assert _log_of(first, from_version=version + 1) == _log_of(second, from_version=version + 1)
+    assert [variant for _, _, _, variant, *_ in _log_of(first, from_version=version + 1)] == ["locked"]
+    assert responses == store.get(first).responses and len(responses) == 1
+
+
 def _heard(listener, parent: str) -> dict:
     """What a commit of this process announced: the responses its listeners were handed
     for ``parent`` with the ``obelisk_response`` notification (D67), and whether the

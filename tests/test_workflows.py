@@ -1353,6 +1353,71 @@ def test_an_interrupt_run_parked_in_its_worker_goes_on_where_it_was_when_that_wo
     assert logs == [(f"step {i}", locks[i].run_id) for i in range(1, 6)]
 
 
+@pytest.mark.postgres_only
+def test_a_parked_runs_workflow_is_locked_for_it_by_the_group_commit_that_answers_it(monkeypatch):
+    """D82 through an executor: the group commit of a child's result, in the process where
+    the workflow's run is parked, locks the workflow for that run in its one statement, so
+    the run goes on without a claim: the executor claims the workflow once (its first run),
+    each later lock is written with the result that answered it (same statement, same
+    time), the function starts once, and the log is what a run that replays writes."""
+    from workers.executor import ActivityExecutor
+
+    claimed = []
+    lock_pending = store.lock_pending
+
+    def recording_claims(*args, **kwargs):
+        locked = lock_pending(*args, **kwargs)
+        claimed.extend(c.execution_id for c in locked)
+        return locked
+
+    monkeypatch.setattr(store, "lock_pending", recording_claims)
+    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    execution_id = create_root(COUNTED, 4)
+    deadline = time.monotonic() + SAFETY
+    while not store.get_state(execution_id).is_finished:
+        assert time.monotonic() < deadline, "the workflow did not finish"
+        executor.claim_and_run(budget=0.3, linger=0.05)
+    executor.workflows.join(SAFETY)
+    executor.workflows.retire_idle(SAFETY)
+    assert result(execution_id) == Ok(10)
+    assert _starts(execution_id) == 1
+    assert claimed.count(execution_id) == 1
+    records = store.get(execution_id).events
+    locks = [r for r in records if isinstance(r.event, Locked)]
+    assert len({lock.event.run_id for lock in locks}) == 5
+    finished_at = {store.get(child).events[-1].created_at for child in children_of(execution_id)}
+    assert {lock.created_at for lock in locks[1:]} <= finished_at
+    assert_versions_contiguous(execution_id)
+
+
+@pytest.mark.postgres_only
+def test_a_lock_a_group_commit_took_for_a_run_that_left_its_place_goes_back_for_a_claim():
+    """D82: the run left its place (here: dismissed) after the executor read the parked
+    runs and before the group commit's lock reached the pool. Nobody takes that lock, so the
+    executor hands it back (``Unlocked``, with its fence) instead of leaving it to expire;
+    a claim then takes the workflow and a new run replays to the result."""
+    from workers.executor import ActivityExecutor
+
+    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    pool = executor.workflows
+    execution_id = create_root(COUNTED, 1)
+    pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
+    _parked_in(pool, execution_id)
+    parked = executor._parked_runs()
+    pool.dismiss_parked(wait=SAFETY)
+    child = _claim(workflows.fn2)
+    finished = store.AppendItem(child.execution_id, None, Finished(retval=Ok(1)), child.fence)
+    assert store.append_many([finished], parked=parked) == [child.next_version]
+    assert set(parked.resumed) == {execution_id}
+    assert store.get_state(execution_id).state == "locked"
+
+    executor._resume_parked(parked)
+
+    assert store.get_state(execution_id).state == "pending_at"
+    assert isinstance(events(execution_id)[-1], Unlocked)
+    _runs_to_its_end(pool, _claim(COUNTED), 1, starts=2)
+
+
 def test_a_parked_run_whose_row_another_worker_took_on_unwinds_and_the_claim_reads_the_history():
     """Another worker ran the workflow on while the run was parked here. This worker's
     claim, told of the parked run's version, finds the row past it: it reads the history,
@@ -1556,9 +1621,9 @@ def test_a_place_to_park_is_reserved_only_before_a_write_that_hands_the_row_on(m
     reserved = []
     expect = WorkflowPool.expect
 
-    def recording_expect(self, execution_id, version, previous):
+    def recording_expect(self, locked, version, previous, terms):
         reserved.append(version)
-        return expect(self, execution_id, version, previous)
+        return expect(self, locked, version, previous, terms)
 
     monkeypatch.setattr(WorkflowPool, "expect", recording_expect)
     spec = replace(workflows.two_children, blocking="interrupt")

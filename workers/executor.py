@@ -381,14 +381,17 @@ class ActivityExecutor:
         """Write results, never losing one to another's problem: a group commit that fails
         as a whole (not an outage) is retried item by item, and a result the store refuses
         (``UnsupportedValue``, ``PayloadTooLarge``) finishes its own execution as failed."""
+        parked = self._parked_runs()
         try:
-            results = self._ride_outage(store.append_many, items)
+            results = self._ride_outage(lambda: store.append_many(items, parked=parked))
         except DATABASE_ERRORS as error:
             logger.error("%d result(s) not recorded, the database stayed unavailable: %s", len(items), error)
             return
         except Exception as error:
             logger.warning("group commit of %d result(s) failed (%s); writing them one by one", len(items), error)
             results = [self._write_alone(item) for item in items]
+        if parked is not None and parked.resumed:
+            self._resume_parked(parked)
         if telemetry.ENABLED:
             telemetry.results_written(items, results)
         rejected = []
@@ -407,6 +410,27 @@ class ActivityExecutor:
                 logger.error("result of %s not recorded: %s", item.execution_id, result)
             else:
                 self.stats.finished += 1
+
+    def _parked_runs(self) -> store.ParkedRuns | None:
+        """The workflows whose runs are parked in this process's pool: a group commit whose
+        results answer one locks it for this executor, as its claim would (D82)."""
+        if not self.workflow_terms or not (versions := self.workflows.parked_runs()):
+            return None
+        return store.ParkedRuns(versions, self.executor_id, new_run_id(), self.deployment_id)
+
+    def _resume_parked(self, parked: store.ParkedRuns) -> None:
+        """Hand each workflow the group commit locked to its parked run, which goes on under
+        that lock with the responses it was given (D82). A run that left its place meanwhile
+        takes nothing: the lock goes back (``Unlocked``) for a claim to take."""
+        for execution_id, (locked, version, responses) in parked.resumed.items():
+            if self.workflows.resume_parked(execution_id, locked, version, responses):
+                continue
+            fence = store.Fence(locked.run_id, locked.lock_generation)
+            unlocked = Unlocked(unlocked_at=timezone.now(), reason="handed back: its parked run had left")
+            try:
+                store.append(execution_id, None, unlocked, fence=fence)
+            except (errors.StoreError, *DATABASE_ERRORS) as error:  # the lock expires, the sweep returns it
+                logger.warning("could not hand %s back: %s", execution_id, error)
 
     def _write_alone(self, item: store.AppendItem) -> int | errors.StoreError:
         try:

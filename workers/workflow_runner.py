@@ -22,6 +22,7 @@ executor``), so one process keeps many awaiting workflows without starving activ
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import logging
 import queue
@@ -41,7 +42,7 @@ from django.db import connection
 from django.utils import timezone
 
 from executions import conf, errors, notify, store, tracing
-from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Ok, Unlocked
+from executions.events import Err, Event, ExecutionFailure, Finished, HistoryEventRecord, JoinNext, Locked, Ok, Unlocked
 from executions.ids import ExecutionId
 from executions.outage import DATABASE_ERRORS, close_if_unusable_or_obsolete
 from workers import determinism, heartbeat, shutdown, telemetry
@@ -274,6 +275,10 @@ class StoreLease:
         self.lock_expires_at: datetime = locked.locked.lock_expires_at
         self.history: EventHistory | None = None
 
+    def terms(self) -> store.LockTerms:
+        """The terms its function's runs are locked under."""
+        return store.LockTerms(self.spec.component_id, self.spec.retry_config, self.spec.lock_duration)
+
     def deadline(self) -> float:
         """Monotonic time at which the run must stop waiting (expiry minus the leeway)."""
         leeway = self.spec.lock_duration.total_seconds() * LEEWAY_FRACTION
@@ -291,7 +296,7 @@ class StoreLease:
             store.lock_one(
                 self.locked.execution_id,
                 version,
-                store.LockTerms(self.spec.component_id, self.spec.retry_config, self.spec.lock_duration),
+                self.terms(),
                 executor_id=self.locked.locked.executor_id,
                 run_id=self.locked.fence.run_id,
                 deployment_id=self.locked.deployment_id,
@@ -337,7 +342,7 @@ class ParkedWait:
         """A write that hands the row on, up to ``version``, is about to commit: reserve
         the place. A lock a claim handed to the previous place, never taken, goes back."""
         previous = self._place
-        self._place = self.pool.expect(self.writer.locked.execution_id, version, previous)
+        self._place = self.pool.expect(self.writer.locked, version, previous, self.lease.terms())
         if previous is not None and previous.resumed is not None:  # out of the pool: fixed now
             _release_if_locked(previous.resumed, "handed back: the run it was claimed for went on")
 
@@ -354,7 +359,7 @@ class ParkedWait:
         if resumed is None:
             return []
         try:
-            responses = store.responses_after(resumed.execution_id, after_seq)
+            responses = _following(place.responses, after_seq) or store.responses_after(resumed.execution_id, after_seq)
         except DATABASE_ERRORS as error:  # as a lost worker's run, never into the workflow's code (D80)
             _release_if_locked(resumed, "handed back: the run it was claimed for could not read its responses")
             raise WriteFailed(f"reading the responses under the new lock failed: {error}") from error
@@ -516,15 +521,28 @@ def _release_if_locked(locked: store.LockedExecution, reason: str) -> None:
         pass  # blocked on a join set (the usual interrupt), finished, the lock is gone, or no database
 
 
+def _following(responses: Sequence[store.Response], after_seq: int) -> list[store.Response]:
+    """``responses`` if they are the ones right after ``after_seq``, without a gap (a group
+    commit that resumed the run gave them, D82); otherwise none: the table is read."""
+    if responses and [r.seq for r in responses] == list(range(after_seq + 1, after_seq + 1 + len(responses))):
+        return list(responses)
+    return []
+
+
 @dataclass
 class _Parked:
     """Where an Interrupt run parks (D77): ``version``, the last one its run wrote;
-    ``resumed``: the lock a claim of the row at that version handed to it."""
+    ``locked``, the lock it wrote that under, and ``terms``, those its function is locked
+    under (a group commit may lock the row for it, D82); ``resumed``: the lock a claim of
+    the row at that version handed to it, with the ``responses`` it came with, if any."""
 
     version: int
     wake: threading.Condition
+    locked: store.LockedExecution
+    terms: store.LockTerms
     waiting: bool = False  # the run is in ``park`` (not counted busy)
     resumed: store.LockedExecution | None = None
+    responses: Sequence[store.Response] = ()
     dismissed: bool = False
 
 
@@ -565,9 +583,42 @@ class WorkflowPool:
         with self._state:
             return {execution_id: place.version for execution_id, place in self._parked.items()}
 
-    def expect(self, execution_id: str, version: int, previous: _Parked | None) -> _Parked | None:
-        """A place for ``execution_id``'s run to park at ``version`` (replacing ``previous``),
-        reserved before the write that may block it; None when the pool has no room."""
+    def parked_runs(self) -> dict[str, tuple[int, store.LockTerms]]:
+        """``parked_versions`` with the terms of each one's function: what a group commit of
+        this process may lock for them (``store.ParkedRuns``, D82)."""
+        with self._state:
+            return {execution_id: (place.version, place.terms) for execution_id, place in self._parked.items()}
+
+    def resume_parked(
+        self, execution_id: str, locked: Locked, version: int, responses: Sequence[store.Response]
+    ) -> bool:
+        """A group commit of this process locked ``execution_id`` for its parked run (D82):
+        ``locked`` is the ``Locked`` event it wrote, at ``version``, and ``responses`` the
+        responses it gave it. The run goes on under that lock, as under a claim's. False if
+        no run took it (it left its place meanwhile): the caller hands the lock back."""
+        with self._state:
+            place = self._parked.get(execution_id)
+            if place is None:
+                return False
+            resumed = dataclasses.replace(
+                place.locked,
+                locked=locked,
+                fence=store.Fence(locked.run_id, locked.lock_generation),
+                deployment_id=locked.deployment_id,
+                next_version=version + 1,
+                history=None,
+                responses=None,
+            )
+            place.responses = responses
+            return self._resume(resumed)
+
+    def expect(
+        self, locked: store.LockedExecution, version: int, previous: _Parked | None, terms: store.LockTerms
+    ) -> _Parked | None:
+        """A place for the run of ``locked``'s execution to park at ``version`` (replacing
+        ``previous``), reserved before the write that may block it; None when the pool has
+        no room. ``locked`` and ``terms``: what a lock for it is built from (D82)."""
+        execution_id = locked.execution_id
         with self._state:
             self._forget(execution_id, previous)
             if (
@@ -576,7 +627,8 @@ class WorkflowPool:
                 or shutdown.stopping()
             ):
                 return None
-            place = self._parked[execution_id] = _Parked(version, threading.Condition(self._lock))
+            place = _Parked(version, threading.Condition(self._lock), locked, terms)
+            self._parked[execution_id] = place
             return place
 
     def park(self, execution_id: str, place: _Parked) -> store.LockedExecution | None:

@@ -58,6 +58,7 @@ from executions.store.datatypes import (
     LockTerms,
     LogRecord,
     Page,
+    ParkedRuns,
     Response,
 )
 from executions.store.lifecycle import (
@@ -128,6 +129,7 @@ __all__ = [
     "EventRecord",
     "ExecutionFilter",
     "ExecutionLog",
+    "ParkedRuns",
     "ExpiredDelay",
     "Fence",
     "LockTerms",

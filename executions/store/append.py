@@ -13,6 +13,7 @@ from executions import errors, notify
 from executions.events import (
     Event,
     Finished,
+    Locked,
     Ok,
     compact_json,
     event_to_json,
@@ -45,6 +46,7 @@ from executions.store.datatypes import (
     CreateRequest,
     Fence,
     LockedExecution,
+    ParkedRuns,
     Response,
 )
 from executions.store.transitions import (
@@ -58,6 +60,8 @@ from executions.store.transitions import (
     _create_unpaused_in_tx,
     _created_event,
     finish_fields,
+    lock_document,
+    new_lock,
 )
 
 
@@ -158,19 +162,24 @@ def append_and_claim_children(
     return version, claimed
 
 
-def append_many(items: list[AppendItem], *, now: datetime | None = None) -> list[int | errors.StoreError]:
+def append_many(
+    items: list[AppendItem], *, now: datetime | None = None, parked: ParkedRuns | None = None
+) -> list[int | errors.StoreError]:
     """Append one event to each of many executions in one transaction (group commit).
 
     Each item succeeds or fails on its own: the result list holds the next version, or the
     error that rejected that item (nothing of it written). The executions' rows, then the
     rows of the parents their results may answer, are locked in id order, in one query, so
     concurrent batches cannot deadlock. An execution may appear only once.
+
+    ``parked``: workflows whose runs are parked in the caller's process; one that a result
+    answers may be locked for the caller at once (D82, ``ParkedRuns``).
     """
     now = _now(now)
     ids = [_eid(item.execution_id) for item in items]
     if len(set(ids)) != len(ids):
         raise errors.ValidationFailed("append_many takes each execution at most once")
-    written = _finish_in_one_message(ids, items, now) if _runs_results(ids, items) else {}
+    written = _finish_in_one_message(ids, items, now, parked) if _runs_results(ids, items) else {}
     rest = [(execution_id, item) for execution_id, item in zip(ids, items, strict=True) if execution_id not in written]
     in_transaction = iter(_append_many_in_transaction([r[0] for r in rest], [r[1] for r in rest], now) if rest else [])
     return [written[execution_id] if execution_id in written else next(in_transaction) for execution_id in ids]
@@ -224,16 +233,19 @@ def _runs_results(ids: list[str], items: list[AppendItem]) -> bool:
     ) and not _parents_answered(ids, items) & set(ids)
 
 
-def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetime) -> dict[str, int]:
+def _finish_in_one_message(
+    ids: list[str], items: list[AppendItem], now: datetime, parked: ParkedRuns | None = None
+) -> dict[str, int]:
     """A group commit of runs' results as one statement, sent as its own transaction (D70,
     D81): the batch's rows are locked by id, in id order (never through the index of every
     locked row, D76), then the rows of the parents their results answer, in id order
     (D68); those whose lock is still the run's (state ``locked``, the fence's run and
     generation) are finished and logged, each child's result goes to its parent as the
-    next response, a parent waiting on that join set goes pending, and the notifications
-    are sent, by CTEs. Returns the versions written; an item not among them (its lock moved
-    on) is left to the transaction, which says why. Nothing is written when an item's value
-    cannot be stored (the transaction refuses it on its own), nor when a response another
+    next response, a parent waiting on that join set goes pending (or, if its run is among
+    ``parked``, is locked for that run, D82), and the notifications are sent, by CTEs.
+    Returns the versions written; an item not among them (its lock moved on) is left to
+    the transaction, which says why. Nothing is written when an item's value cannot be
+    stored (the transaction refuses it on its own), nor when a response another
     transaction gave a parent meanwhile takes the seq this statement's snapshot saw free:
     the transaction then writes the batch, reading the responses afresh."""
     statements = Statements()
@@ -244,13 +256,15 @@ def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetim
     except errors.StoreError:  # a value that cannot be stored: the transaction refuses it alone
         return {}
     at = connection.ops.adapt_datetimefield_value(now)
+    resuming, lock_names, locks = _resume_rows(parked, answered, now) if parked and answered else ([], (), {})
     if answered:
         parents = sorted({parent for parent, _ in answered.values()})
-        params = [compact_json(rows), ids, at, at, parents, at, at, at, at]
-        params += [notify.FINISHED, notify.RESPONSE, notify.PENDING]
+        params = [compact_json(rows), ids, at, at, parents]
+        params += [compact_json(resuming), at, at, at] if resuming else []
+        params += [at, at, at, at, notify.FINISHED, notify.RESPONSE, notify.PENDING]
     else:
         params = [compact_json(rows), ids, at, at, notify.FINISHED]
-    statements.add(_finish_sql(_FINISH_FIELDS, answering=bool(answered)), params)
+    statements.add(_finish_sql(_FINISH_FIELDS, answering=bool(answered), resuming=lock_names), params)
     notify.sent_from(connection.connection)  # before the commit, whose echo it tells apart
     try:
         returned = statements.run_in_own_transaction()
@@ -259,9 +273,37 @@ def _finish_in_one_message(ids: list[str], items: list[AppendItem], now: datetim
             return {}  # a response committed while the statement waited for its parent's lock
         raise errors.Conflict(f"constraint violated: {error}") from error
     written = {execution_id: version for execution_id, version, *_ in returned}
-    if written:
-        notify.deliver_locally(*_written_notes(rows, finished, returned))
+    messages, values = _written_notes(rows, finished, returned) if written else ([], [])
+    notify.deliver_locally(messages, values)
+    if resuming:
+        _note_resumed(parked, returned, locks, values)
     return written
+
+
+def _resume_rows(parked: ParkedRuns, answered: dict, now: datetime) -> tuple[list[dict], tuple[str, ...], dict]:
+    """The statement's document of the parked runs' workflows this batch answers (D82):
+    each one's id, the version its run wrote last, and its new lock (``lock_document``,
+    under the one run id of ``parked``); the names of the lock's columns; and each one's
+    ``Locked`` event, its generation still to be put in."""
+    rows, names, locks = [], (), {}
+    for parent in sorted({parent for parent, _ in answered.values()}):
+        if parent in parked.versions:
+            version, terms = parked.versions[parent]
+            locks[parent] = new_lock(terms, parked.executor_id, parked.run_id, parked.deployment_id, now)
+            names, document = lock_document(terms, locks[parent])
+            rows.append({"execution_id": parent, "version": version, **document})
+    return rows, names, locks
+
+
+def _note_resumed(parked: ParkedRuns, returned: list[tuple], locks: dict[str, Locked], values: list) -> None:
+    """Put in ``parked.resumed`` the workflows the statement locked: each one's ``Locked``
+    event, with its generation, that event's version (columns 6 and 7 of a row), and the
+    responses the statement gave it."""
+    for execution_id, *_, generation, version, _notified in returned:
+        if generation is not None:
+            parent = str(ExecutionId.parse(execution_id).split_to_parts()[0])
+            locked = locks[parent].model_copy(update={"lock_generation": generation})
+            parked.resumed[parent] = (locked, version, [response for p, response in values if p == parent])
 
 
 def _written_notes(rows: list[dict], finished: list[str], returned: list[tuple]) -> tuple[list, list]:
@@ -324,9 +366,11 @@ _FINISH_FIELDS = tuple(finish_fields(Finished(retval=Ok(None)), datetime.now(UTC
 
 
 @functools.cache
-def _finish_sql(names: tuple[str, ...], *, answering: bool = False) -> str:
+def _finish_sql(names: tuple[str, ...], *, answering: bool = False, resuming: tuple[str, ...] = ()) -> str:
     """D70's statement; ``answering`` (D81): the batch has children, whose results go to
-    their parents as ``_deliver_response`` sends them (spec 000 §6.4)."""
+    their parents as ``_deliver_response`` sends them (spec 000 §6.4); ``resuming`` (D82,
+    the names of a lock's columns): parents whose runs are parked in the writer's process
+    are locked for it, as ``lock_pending`` would lock them once pending."""
     if not answering:
         return f"""
 WITH v AS (
@@ -341,6 +385,8 @@ notifying AS (
 SELECT c.execution_id, c.corresponding_version + 1, (SELECT count(*) FROM notifying) FROM c
 """
     no_wait = ", ".join(f"{name} = NULL" for name in PENDING_CLEARS)
+    answers = """q.join_set_id IN (SELECT v.answers_join_set FROM c JOIN v ON v.execution_id = c.execution_id
+                              WHERE v.parent_id = q.execution_id)"""
     return f"""
 WITH v AS (
     SELECT * FROM json_to_recordset(%s) AS v(execution_id text, fence_run_id text, fence_generation bigint,
@@ -349,19 +395,20 @@ WITH v AS (
 ),
 {_finish_ctes(names)}
 parents AS (
-    SELECT p.execution_id, p.state, p.join_set_id, p.lifecycle, p.pending_expires_finished FROM t_state p
+    SELECT p.execution_id, p.state, p.join_set_id, p.lifecycle, p.pending_expires_finished,
+        p.corresponding_version, p.lock_generation FROM t_state p
     WHERE p.execution_id = ANY (%s::text[]) AND (SELECT count(*) FROM by_id) >= 0
     ORDER BY p.execution_id
     FOR UPDATE OF p
 ),
+{_resuming_ctes(resuming, answers) if resuming else ""}
 answered AS (
     UPDATE t_state s SET state = '{State.PENDING_AT.value}',
         pending_expires_finished = GREATEST(q.pending_expires_finished, %s), {no_wait}, updated_at = %s
     FROM parents q
     WHERE s.execution_id = q.execution_id AND q.state = '{State.BLOCKED_BY_JOIN_SET.value}'
-        AND q.lifecycle <> '{Lifecycle.CANCELLING.value}'
-        AND q.join_set_id IN (SELECT v.answers_join_set FROM c JOIN v ON v.execution_id = c.execution_id
-                              WHERE v.parent_id = q.execution_id)
+        AND q.lifecycle <> '{Lifecycle.CANCELLING.value}' AND {answers}
+        {"AND NOT EXISTS (SELECT FROM resumable m WHERE m.execution_id = q.execution_id)" if resuming else ""}
     RETURNING s.execution_id, s.ffqn, s.lifecycle, s.pending_expires_finished
 ),
 responding AS (
@@ -386,11 +433,45 @@ notifying AS (
     UNION ALL
     SELECT pg_notify(%s, string_agg(DISTINCT due.ffqn, E'\\n')) FROM due HAVING count(*) > 0
 )
-SELECT c.execution_id, c.corresponding_version + 1, r.seq, r.created_at, due.ffqn, (SELECT count(*) FROM notifying)
+SELECT c.execution_id, c.corresponding_version + 1, r.seq, r.created_at, due.ffqn,
+    {"m.lock_generation + 1, m.corresponding_version + 1" if resuming else "NULL::bigint, NULL::bigint"},
+    (SELECT count(*) FROM notifying)
 FROM c JOIN v ON v.execution_id = c.execution_id
     LEFT JOIN responding r ON r.child_execution_id = c.execution_id
     LEFT JOIN due ON due.execution_id = v.parent_id
+    {"LEFT JOIN resumable m ON m.execution_id = v.parent_id" if resuming else ""}
 """
+
+
+def _resuming_ctes(lock_names: tuple[str, ...], answers: str) -> str:
+    """D82: the parents this batch answers whose runs are parked in the writer's process
+    (``r``), found waiting on that join set at the version the run wrote last, active and
+    due (``resumable``), are locked (their columns and generation as ``lock_pending``'s
+    statement sets them) and their ``Locked`` events logged, instead of going pending."""
+    return f"""r AS (
+    SELECT * FROM json_to_recordset(%s) AS r(execution_id text, version bigint,
+        {recordset_columns(ExecutionState, lock_names)}, event_head text, event_tail text)
+),
+resumable AS (
+    SELECT q.execution_id, q.corresponding_version, q.lock_generation FROM parents q JOIN r ON r.execution_id = q.execution_id
+    WHERE q.state = '{State.BLOCKED_BY_JOIN_SET.value}' AND q.lifecycle = '{Lifecycle.ACTIVE.value}'
+        AND q.corresponding_version = r.version AND q.pending_expires_finished <= %s AND {answers}
+),
+resuming AS (
+    UPDATE t_state s SET corresponding_version = m.corresponding_version + 1,
+        last_lock_version = m.corresponding_version + 1, lock_generation = m.lock_generation + 1,
+        {assignments_from(ExecutionState, lock_names, "r")}, updated_at = %s
+    FROM resumable m JOIN r ON r.execution_id = m.execution_id
+    WHERE s.execution_id = m.execution_id
+),
+relogging AS (
+    INSERT INTO t_execution_log
+        (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
+    SELECT m.execution_id, m.corresponding_version + 1, %s,
+        (r.event_head || '"lock_generation":' || (m.lock_generation + 1) || r.event_tail)::json,
+        '{Locked.VARIANT}', NULL, NULL, false
+    FROM resumable m JOIN r ON r.execution_id = m.execution_id
+),"""
 
 
 def _finish_ctes(names: tuple[str, ...]) -> str:

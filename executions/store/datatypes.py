@@ -77,6 +77,23 @@ class ChildClaim:
     deployment_id: str
 
 
+@dataclass
+class ParkedRuns:
+    """Workflows whose runs are parked in the caller's process (D77): for each, the version
+    its run wrote last and the terms to lock it under. A group commit in one statement whose
+    child's result answers one of them, found still blocked on that join set at exactly that
+    version and due, locks it for ``run_id`` of ``executor_id`` in the same statement,
+    instead of making it pending for a claim to lock (D82); ``resumed`` then holds its
+    ``Locked`` event (with its generation), that event's version, and the responses the
+    group commit gave it."""
+
+    versions: Mapping[str, tuple[int, LockTerms]]
+    executor_id: str
+    run_id: str
+    deployment_id: str
+    resumed: dict[str, tuple[Locked, int, list[Response]]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class EventRecord:
     version: int

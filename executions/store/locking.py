@@ -31,7 +31,7 @@ from executions.models import (
     ExecutionState,
 )
 from executions.outage import DATABASE_ERRORS
-from executions.sql import Statements, assignments_from, in_list, recordset_columns, recordset_values
+from executions.sql import Statements, assignments_from, in_list, recordset_columns
 from executions.state_machine import (
     Lifecycle,
     State,
@@ -48,7 +48,7 @@ from executions.store.common import (
 )
 from executions.store.datatypes import AppendItem, Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
-from executions.store.transitions import _apply, _check_fence, _write_applied, lock_fields, new_lock
+from executions.store.transitions import _apply, _check_fence, _write_applied, lock_document, lock_fields, new_lock
 
 
 def lock_pending(
@@ -155,9 +155,6 @@ def _due_candidates_sql(ffqns: list[str], now: datetime, limit: int) -> tuple[st
     return sql, [connection.ops.adapt_datetimefield_value(now), *ffqns, limit]
 
 
-_GENERATION = '"lock_generation":-1'  # where each row's generation goes in its Locked event
-
-
 def _lock_pending_in_one_message(
     functions: Mapping[str, LockTerms],
     limit: int,
@@ -176,15 +173,11 @@ def _lock_pending_in_one_message(
 
     The terms of each function go as one JSON document: the new lock's columns
     (``lock_fields``) and its ``Locked`` event's JSON, cut where the row's generation goes."""
-    terms_rows, locked_by_ffqn, names = [], {}, None
+    terms_rows, locked_by_ffqn, names = [], {}, ()
     for ffqn, terms in functions.items():
         locked = locked_by_ffqn[ffqn] = new_lock(terms, executor_id, run_id, deployment_id, now)
-        fields = lock_fields(terms, locked)
-        names = tuple(sorted(fields))
-        body = {Locked.VARIANT: {**event_to_json(locked)[Locked.VARIANT], "lock_generation": -1}}
-        head, tail = compact_json(body).split(_GENERATION)
-        values = recordset_values(ExecutionState, names, fields)
-        terms_rows.append({"ffqn": ffqn, **values, "event_head": head, "event_tail": tail})
+        names, document = lock_document(terms, locked)
+        terms_rows.append({"ffqn": ffqn, **document})
     candidates_sql, params = _due_candidates_sql(list(functions), now, limit)
     at = connection.ops.adapt_datetimefield_value(now)
     try:

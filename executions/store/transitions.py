@@ -58,7 +58,7 @@ from executions.models import (
     ExecutionState,
     JoinSetResponse,
 )
-from executions.sql import Statements
+from executions.sql import Statements, recordset_values
 from executions.state_machine import (
     LEAVES_LOCKED,
     Effect,
@@ -260,6 +260,21 @@ def new_lock(terms: LockTerms, executor_id: str, run_id: str, deployment_id: str
         lock_expires_at=now + terms.lock_duration,
         retry_config=terms.retry_config,
     )
+
+
+_GENERATION = '"lock_generation":-1'  # where each row's generation goes in its Locked event
+
+
+def lock_document(terms: LockTerms, locked: Locked) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """A new lock as one statement writes it (D69, D82): the names of its columns
+    (``lock_fields``), and a document of their values (adapted as ``json_to_recordset``
+    reads them) with its ``Locked`` event's JSON, cut where the statement puts each row's
+    generation (``event_head``, ``event_tail``)."""
+    fields = lock_fields(terms, locked)
+    names = tuple(sorted(fields))
+    body = {Locked.VARIANT: {**event_to_json(locked)[Locked.VARIANT], "lock_generation": -1}}
+    head, tail = compact_json(body).split(_GENERATION)
+    return names, {**recordset_values(ExecutionState, names, fields), "event_head": head, "event_tail": tail}
 
 
 def lock_fields(terms: LockTerms, locked: Locked) -> dict[str, Any]:
