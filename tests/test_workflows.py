@@ -1391,23 +1391,35 @@ def test_a_parked_runs_workflow_is_locked_for_it_by_the_group_commit_that_answer
 
 
 @pytest.mark.postgres_only
-def test_a_lock_a_group_commit_took_for_a_run_that_left_its_place_goes_back_for_a_claim():
+@pytest.mark.parametrize("why", ["the run left its place", "the pool has no room"])
+def test_a_lock_a_group_commit_took_for_a_parked_run_that_cannot_take_it_goes_back_for_a_claim(why):
     """D82: the run left its place (here: dismissed) after the executor read the parked
-    runs and before the group commit's lock reached the pool. Nobody takes that lock, so the
-    executor hands it back (``Unlocked``, with its fence) instead of leaving it to expire;
-    a claim then takes the workflow and a new run replays to the result."""
+    runs, or the pool is full (a claim takes only what fits, so a parked run goes on only
+    if it fits too). Nobody takes the lock the group commit took for it, so the executor
+    hands it back (``Unlocked``, with its fence) instead of leaving it to expire; a claim
+    then takes the workflow and a new run replays to the result."""
     from workers.executor import ActivityExecutor
 
     executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
     pool = executor.workflows
+    pool.size = 1
     execution_id = create_root(COUNTED, 1)
     pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
     _parked_in(pool, execution_id)
     parked = executor._parked_runs()
-    pool.dismiss_parked(wait=SAFETY)
-    child = _claim(workflows.fn2)
-    finished = store.AppendItem(child.execution_id, None, Finished(retval=Ok(1)), child.fence)
-    assert store.append_many([finished], parked=parked) == [child.next_version]
+    if why == "the run left its place":
+        pool.dismiss_parked(wait=SAFETY)
+    else:  # an Await run waits in place for its child, holding the pool's one thread
+        awaiting = create_root(workflows.counted_calls, 1)
+        pool.start(lock_when_due(awaiting, workflows.counted_calls), workflows.counted_calls, DEPLOYMENT)
+        deadline = time.monotonic() + SAFETY
+        while not children_of(awaiting) or pool.free() > 0:
+            assert time.monotonic() < deadline, "the Await run never waited"
+            time.sleep(0.01)
+    (child,) = children_of(execution_id)
+    locked_child = lock_when_due(child, workflows.fn2)
+    finished = store.AppendItem(child, None, Finished(retval=Ok(1)), locked_child.fence)
+    assert store.append_many([finished], parked=parked) == [locked_child.next_version]
     assert set(parked.resumed) == {execution_id}
     assert store.get_state(execution_id).state == "locked"
 
@@ -1415,7 +1427,49 @@ def test_a_lock_a_group_commit_took_for_a_run_that_left_its_place_goes_back_for_
 
     assert store.get_state(execution_id).state == "pending_at"
     assert isinstance(events(execution_id)[-1], Unlocked)
+    if why == "the pool has no room":
+        _finish_children(awaiting)
+        pool.join(SAFETY)
+        assert result(awaiting) == Ok(1)
     _runs_to_its_end(pool, _claim(COUNTED), 1, starts=2)
+
+
+@pytest.mark.postgres_only
+def test_a_parked_run_goes_on_when_its_group_commit_committed_and_the_rest_of_the_batch_failed(monkeypatch):
+    """D82 (found by review): the one statement committed, resuming a parked run, and then
+    the transaction for the batch's other items (a result whose lock moved on) failed with
+    the database gone. The lock the statement took still reaches the parked run, instead of
+    staying with nobody until it expires."""
+    import importlib
+
+    from workers import executor as executor_module
+    from workers.executor import ActivityExecutor
+
+    append = importlib.import_module("executions.store.append")  # the module, not its ``append``
+    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    pool = executor.workflows
+    execution_id = create_root(COUNTED, 1)
+    pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)
+    _parked_in(pool, execution_id)
+    (child,) = children_of(execution_id)
+    locked_child = lock_when_due(child, workflows.fn2)
+    other = create_root(workflows.fn2, 1)
+    lost = lock_when_due(other, workflows.fn2)
+    store.append(other, None, Unlocked(unlocked_at=timezone.now(), reason="test"), fence=lost.fence)
+    monkeypatch.setattr(executor_module, "RESULT_WRITE_PATIENCE", 0.0)
+    monkeypatch.setattr(append, "_append_many_in_transaction", _lost_connection)
+
+    executor._write(
+        [
+            store.AppendItem(child, None, Finished(retval=Ok(1)), locked_child.fence),
+            store.AppendItem(other, None, Finished(retval=Ok(2)), lost.fence),
+        ]
+    )
+
+    pool.join(SAFETY)
+    assert result(execution_id) == Ok(1)
+    assert _starts(execution_id) == 1
+    pool.retire_idle(SAFETY)
 
 
 def test_a_parked_run_whose_row_another_worker_took_on_unwinds_and_the_claim_reads_the_history():

@@ -390,8 +390,9 @@ class ActivityExecutor:
         except Exception as error:
             logger.warning("group commit of %d result(s) failed (%s); writing them one by one", len(items), error)
             results = [self._write_alone(item) for item in items]
-        if parked is not None and parked.resumed:
-            self._resume_parked(parked)
+        finally:  # the statement may have committed before what came after it failed
+            if parked is not None and parked.resumed:
+                self._resume_parked(parked)
         if telemetry.ENABLED:
             telemetry.results_written(items, results)
         rejected = []

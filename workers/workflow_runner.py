@@ -349,12 +349,12 @@ class ParkedWait:
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         if self.holding:  # resumed, and the responses did not resolve the join-next
             return []  # a replay would interrupt here too; the run's end hands the row back
-        place, self._place = self._place, None
-        if place is None:
+        if self._place is None:
             return []
         locked = self.writer.locked
-        if self.log is not None:
+        if self.log is not None:  # before the place is taken: if this fails, ``close`` gives it up
             self.log.save(locked.execution_id, locked.fence.run_id)  # the logs of this lock
+        place, self._place = self._place, None
         resumed = self.pool.park(locked.execution_id, place)
         if resumed is None:
             return []
@@ -595,10 +595,11 @@ class WorkflowPool:
         """A group commit of this process locked ``execution_id`` for its parked run (D82):
         ``locked`` is the ``Locked`` event it wrote, at ``version``, and ``responses`` the
         responses it gave it. The run goes on under that lock, as under a claim's. False if
-        no run took it (it left its place meanwhile): the caller hands the lock back."""
+        no run took it (it left its place meanwhile), or the pool has no room for a waiting
+        run to go on (a claim takes only what fits, too): the caller hands the lock back."""
         with self._state:
             place = self._parked.get(execution_id)
-            if place is None:
+            if place is None or (place.waiting and self._busy >= self.size):  # gone, or no room
                 return False
             resumed = dataclasses.replace(
                 place.locked,
