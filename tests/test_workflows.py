@@ -1327,22 +1327,29 @@ def _runs_to_its_end(pool: WorkflowPool, claimed: store.LockedExecution, value: 
     pool.retire_idle(SAFETY)
 
 
-def test_an_interrupt_run_parked_in_its_worker_goes_on_where_it_was_when_that_worker_claims_it_next():
-    """D77 through an executor, as a worker runs it: every call of an Interrupt workflow
-    blocks and hands its row on; the run parks; the response makes the row pending; the
-    executor's claim finds it where the run left it and hands the run its new lock. The
-    function starts once, every call is a lock of its own, every step is logged once under
-    the lock it ran under, and the log is what a run that replays writes."""
+def _through_an_executor(calls: int) -> str:
+    """A ``COUNTED`` workflow of ``calls`` direct calls, run to its end by an executor's
+    claim loop (its children, its runs), as a worker process runs it."""
     from workers.executor import ActivityExecutor
 
     executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
-    execution_id = create_root(COUNTED, 5)
+    execution_id = create_root(COUNTED, calls)
     deadline = time.monotonic() + SAFETY
     while not store.get_state(execution_id).is_finished:
         assert time.monotonic() < deadline, "the workflow did not finish"
         executor.claim_and_run(budget=0.3, linger=0.05)
     executor.workflows.join(SAFETY)
     executor.workflows.retire_idle(SAFETY)
+    return execution_id
+
+
+def test_an_interrupt_run_parked_in_its_worker_goes_on_where_it_was_when_that_worker_claims_it_next():
+    """D77 through an executor, as a worker runs it: every call of an Interrupt workflow
+    blocks and hands its row on; the run parks; the response makes the row pending; the
+    executor's claim finds it where the run left it and hands the run its new lock. The
+    function starts once, every call is a lock of its own, every step is logged once under
+    the lock it ran under, and the log is what a run that replays writes."""
+    execution_id = _through_an_executor(5)
     assert result(execution_id) == Ok(15)
     assert _starts(execution_id) == 1
     locks = [e for e in events(execution_id) if isinstance(e, Locked)]
@@ -1360,8 +1367,6 @@ def test_a_parked_runs_workflow_is_locked_for_it_by_the_group_commit_that_answer
     the run goes on without a claim: the executor claims the workflow once (its first run),
     each later lock is written with the result that answered it (same statement, same
     time), the function starts once, and the log is what a run that replays writes."""
-    from workers.executor import ActivityExecutor
-
     claimed = []
     lock_pending = store.lock_pending
 
@@ -1371,14 +1376,7 @@ def test_a_parked_runs_workflow_is_locked_for_it_by_the_group_commit_that_answer
         return locked
 
     monkeypatch.setattr(store, "lock_pending", recording_claims)
-    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
-    execution_id = create_root(COUNTED, 4)
-    deadline = time.monotonic() + SAFETY
-    while not store.get_state(execution_id).is_finished:
-        assert time.monotonic() < deadline, "the workflow did not finish"
-        executor.claim_and_run(budget=0.3, linger=0.05)
-    executor.workflows.join(SAFETY)
-    executor.workflows.retire_idle(SAFETY)
+    execution_id = _through_an_executor(4)
     assert result(execution_id) == Ok(10)
     assert _starts(execution_id) == 1
     assert claimed.count(execution_id) == 1

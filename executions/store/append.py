@@ -60,6 +60,7 @@ from executions.store.transitions import (
     _create_unpaused_in_tx,
     _created_event,
     finish_fields,
+    lock_ctes,
     lock_document,
     new_lock,
 )
@@ -457,21 +458,7 @@ resumable AS (
     WHERE q.state = '{State.BLOCKED_BY_JOIN_SET.value}' AND q.lifecycle = '{Lifecycle.ACTIVE.value}'
         AND q.corresponding_version = r.version AND q.pending_expires_finished <= %s AND {answers}
 ),
-resuming AS (
-    UPDATE t_state s SET corresponding_version = m.corresponding_version + 1,
-        last_lock_version = m.corresponding_version + 1, lock_generation = m.lock_generation + 1,
-        {assignments_from(ExecutionState, lock_names, "r")}, updated_at = %s
-    FROM resumable m JOIN r ON r.execution_id = m.execution_id
-    WHERE s.execution_id = m.execution_id
-),
-relogging AS (
-    INSERT INTO t_execution_log
-        (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
-    SELECT m.execution_id, m.corresponding_version + 1, %s,
-        (r.event_head || '"lock_generation":' || (m.lock_generation + 1) || r.event_tail)::json,
-        '{Locked.VARIANT}', NULL, NULL, false
-    FROM resumable m JOIN r ON r.execution_id = m.execution_id
-),"""
+{lock_ctes(lock_names, "resumable m JOIN r ON r.execution_id = m.execution_id", "m", "r", update="resuming", log="relogging")},"""
 
 
 def _finish_ctes(names: tuple[str, ...]) -> str:

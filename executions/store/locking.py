@@ -31,7 +31,7 @@ from executions.models import (
     ExecutionState,
 )
 from executions.outage import DATABASE_ERRORS
-from executions.sql import Statements, assignments_from, in_list, recordset_columns
+from executions.sql import Statements, in_list, recordset_columns
 from executions.state_machine import (
     Lifecycle,
     State,
@@ -48,7 +48,15 @@ from executions.store.common import (
 )
 from executions.store.datatypes import AppendItem, Fence, LockedExecution, LockTerms
 from executions.store.reads import _histories, _responses_of
-from executions.store.transitions import _apply, _check_fence, _write_applied, lock_document, lock_fields, new_lock
+from executions.store.transitions import (
+    _apply,
+    _check_fence,
+    _write_applied,
+    lock_ctes,
+    lock_document,
+    lock_fields,
+    new_lock,
+)
 
 
 def lock_pending(
@@ -213,25 +221,10 @@ def _hand_back(candidates, locked_events: dict[str, Locked]) -> None:
 @functools.cache
 def _claim_sql(candidates_sql: str, names: tuple[str, ...]) -> str:
     record = recordset_columns(ExecutionState, names)
-    assignments = assignments_from(ExecutionState, names, "t")
     return f"""
 WITH c AS ({candidates_sql}),
 t AS (SELECT * FROM json_to_recordset(%s) AS t(ffqn text, {record}, event_head text, event_tail text)),
-locking AS (
-    UPDATE t_state s SET corresponding_version = c.corresponding_version + 1,
-        last_lock_version = c.corresponding_version + 1, lock_generation = c.lock_generation + 1,
-        {assignments}, updated_at = %s
-    FROM c JOIN t ON t.ffqn = c.ffqn
-    WHERE s.execution_id = c.execution_id
-),
-logging AS (
-    INSERT INTO t_execution_log
-        (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
-    SELECT c.execution_id, c.corresponding_version + 1, %s,
-        (t.event_head || '"lock_generation":' || (c.lock_generation + 1) || t.event_tail)::json,
-        '{Locked.VARIANT}', NULL, NULL, false
-    FROM c JOIN t ON t.ffqn = c.ffqn
-)
+{lock_ctes(names, "c JOIN t ON t.ffqn = c.ffqn", "c", "t", update="locking", log="logging")}
 SELECT {", ".join("c." + column.strip() for column in _CANDIDATE_COLUMNS.split(","))}, l.json_value
 FROM c JOIN t_execution_log l ON l.execution_id = c.execution_id AND l.version = 0
 ORDER BY c.pending_expires_finished, c.execution_id

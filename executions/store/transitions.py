@@ -58,7 +58,7 @@ from executions.models import (
     ExecutionState,
     JoinSetResponse,
 )
-from executions.sql import Statements, recordset_values
+from executions.sql import Statements, assignments_from, recordset_values
 from executions.state_machine import (
     LEAVES_LOCKED,
     Effect,
@@ -275,6 +275,29 @@ def lock_document(terms: LockTerms, locked: Locked) -> tuple[tuple[str, ...], di
     body = {Locked.VARIANT: {**event_to_json(locked)[Locked.VARIANT], "lock_generation": -1}}
     head, tail = compact_json(body).split(_GENERATION)
     return names, {**recordset_values(ExecutionState, names, fields), "event_head": head, "event_tail": tail}
+
+
+def lock_ctes(names: tuple[str, ...], source: str, rows: str, terms: str, *, update: str, log: str) -> str:
+    """The two data-modifying CTEs of locks taken by one statement (D69, D82): ``update``
+    gives each of ``rows`` (its ``execution_id``, and its ``corresponding_version`` and
+    ``lock_generation`` as found, the row locked) the columns ``names`` of ``terms`` (a
+    ``lock_document``) and moves its versions and generation on; ``log`` inserts its
+    ``Locked`` event, the generation put in. ``source``: the ``FROM`` joining the two."""
+    return f"""{update} AS (
+    UPDATE t_state s SET corresponding_version = {rows}.corresponding_version + 1,
+        last_lock_version = {rows}.corresponding_version + 1, lock_generation = {rows}.lock_generation + 1,
+        {assignments_from(ExecutionState, names, terms)}, updated_at = %s
+    FROM {source}
+    WHERE s.execution_id = {rows}.execution_id
+),
+{log} AS (
+    INSERT INTO t_execution_log
+        (execution_id, version, created_at, json_value, variant, join_set_id, history_event_type, consumes_response)
+    SELECT {rows}.execution_id, {rows}.corresponding_version + 1, %s,
+        ({terms}.event_head || '"lock_generation":' || ({rows}.lock_generation + 1) || {terms}.event_tail)::json,
+        '{Locked.VARIANT}', NULL, NULL, false
+    FROM {source}
+)"""
 
 
 def lock_fields(terms: LockTerms, locked: Locked) -> dict[str, Any]:
