@@ -466,35 +466,20 @@ def test_a_group_commit_locks_children_before_their_parents_as_every_other_write
     would put a parent first), and so does the one statement of D81. A writer that holds a
     child and then wants the parent, as a single append of a child's result does, is waited
     for instead of deadlocked."""
-    import contextlib
-
-    from django.db import connection as this_threads
     from django.db import transaction
 
     workflow, children, _ = _wide_join_set(2)
     items = _finishing_items(children)
-    held, failures = threading.Event(), []
 
-    def child_then_parent():
-        try:
-            with transaction.atomic(), this_threads.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM t_state WHERE execution_id = %s FOR UPDATE", [children[0]])
-                held.set()
-                time.sleep(0.5)  # the group commit is waiting for the child meanwhile
-                cursor.execute("SELECT 1 FROM t_state WHERE execution_id = %s FOR UPDATE", [workflow])
-        except Exception as error:  # a deadlock aborts one of the two transactions
-            failures.append(error)
-        finally:
-            held.set()
-            this_threads.close()
+    def child_then_parent(cursor, held):
+        cursor.execute("SELECT 1 FROM t_state WHERE execution_id = %s FOR UPDATE", [children[0]])
+        held.set()
+        time.sleep(0.5)  # the group commit is waiting for the child meanwhile
+        cursor.execute("SELECT 1 FROM t_state WHERE execution_id = %s FOR UPDATE", [workflow])
 
-    writer = threading.Thread(target=child_then_parent)
-    writer.start()
-    assert held.wait(10)
-    with contextlib.nullcontext() if in_one_statement else transaction.atomic():
-        results = store.append_many(items)
-    writer.join(10)
-    assert failures == []
+    with _a_transaction_beside(child_then_parent):  # a deadlock would abort one of the two
+        with contextlib.nullcontext() if in_one_statement else transaction.atomic():
+            results = store.append_many(items)
     assert all(isinstance(r, int) for r in results)
 
 
@@ -822,46 +807,60 @@ def test_a_response_given_while_the_one_statement_waits_for_the_parent_sends_the
     committed meanwhile took that seq: the statement fails on the per-parent seq key and
     writes nothing, and the transaction, which reads the responses afresh under the lock,
     writes the batch. Both responses are there, in commit order, and nothing fails."""
-    from django.db import connection as this_threads
-    from django.db import transaction
     from django.test.utils import CaptureQueriesContext
 
     workflow, children, _ = _wide_join_set(2)
     first, second = _finishing_items(children)
+
+    def answer_first_and_commit_once_the_statement_waits(cursor, holding):
+        assert isinstance(store.append_many([first])[0], int)  # holds the parent's row
+        holding.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.01)
+
+    with _a_transaction_beside(answer_first_and_commit_once_the_statement_waits):
+        with CaptureQueriesContext(connection) as sent:
+            (result,) = store.append_many([second])
+    assert result == 2
+    assert len(sent.captured_queries) > 1  # the statement, then the transaction
+    responses = [(r.seq, r.child_execution_id) for r in store.get(workflow).responses]
+    assert responses == [(1, first.execution_id), (2, second.execution_id)]
+    assert store.get_state(second.execution_id).state == "finished"
+
+
+@contextlib.contextmanager
+def _a_transaction_beside(body):
+    """``body(cursor, holding)`` in a transaction of another thread, on that thread's own
+    connection; the block runs once ``body`` has set ``holding`` (or has failed). On
+    leaving, the thread is joined, and it must not have failed (a deadlock, an error)."""
+    from django.db import connection as this_threads
+    from django.db import transaction
+
     holding, failures = threading.Event(), []
 
-    def answer_first_and_commit_once_the_statement_waits():
+    def run():
         try:
             with transaction.atomic(), this_threads.cursor() as cursor:
-                assert isinstance(store.append_many([first])[0], int)  # holds the parent's row
-                holding.set()
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    cursor.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database() AND pid <> pg_backend_pid()"
-                    )
-                    if cursor.fetchone()[0]:
-                        break
-                    time.sleep(0.01)
+                body(cursor, holding)
         except Exception as error:
             failures.append(error)
         finally:
             holding.set()
             this_threads.close()
 
-    answering = threading.Thread(target=answer_first_and_commit_once_the_statement_waits)
-    answering.start()
+    thread = threading.Thread(target=run)
+    thread.start()
     assert holding.wait(10)
-    with CaptureQueriesContext(connection) as sent:
-        (result,) = store.append_many([second])
-    answering.join(10)
+    yield
+    thread.join(10)
     assert failures == []
-    assert result == 2
-    assert len(sent.captured_queries) > 1  # the statement, then the transaction
-    responses = [(r.seq, r.child_execution_id) for r in store.get(workflow).responses]
-    assert responses == [(1, first.execution_id), (2, second.execution_id)]
-    assert store.get_state(second.execution_id).state == "finished"
 
 
 def _finished_items(listener, wanted: set[str]) -> dict:

@@ -257,9 +257,9 @@ def _finish_in_one_message(
     except errors.StoreError:  # a value that cannot be stored: the transaction refuses it alone
         return {}
     at = connection.ops.adapt_datetimefield_value(now)
-    resuming, lock_names, locks = _resume_rows(parked, answered, now) if parked and answered else ([], (), {})
+    parents = sorted({parent for parent, _ in answered.values()})
+    resuming, lock_names, locks = _resume_rows(parked, parents, now) if parked and parents else ([], (), {})
     if answered:
-        parents = sorted({parent for parent, _ in answered.values()})
         params = [compact_json(rows), ids, at, at, parents]
         params += [compact_json(resuming), at, at, at] if resuming else []
         params += [at, at, at, at, notify.FINISHED, notify.RESPONSE, notify.PENDING]
@@ -277,17 +277,17 @@ def _finish_in_one_message(
     messages, values = _written_notes(rows, finished, returned) if written else ([], [])
     notify.deliver_locally(messages, values)
     if resuming:
-        _note_resumed(parked, returned, locks, values)
+        _note_resumed(parked, returned, answered, locks, values)
     return written
 
 
-def _resume_rows(parked: ParkedRuns, answered: dict, now: datetime) -> tuple[list[dict], tuple[str, ...], dict]:
-    """The statement's document of the parked runs' workflows this batch answers (D82):
-    each one's id, the version its run wrote last, and its new lock (``lock_document``,
-    under the one run id of ``parked``); the names of the lock's columns; and each one's
-    ``Locked`` event, its generation still to be put in."""
+def _resume_rows(parked: ParkedRuns, parents: list[str], now: datetime) -> tuple[list[dict], tuple[str, ...], dict]:
+    """The statement's document of the parked runs' workflows among the ``parents`` this
+    batch answers (D82): each one's id, the version its run wrote last, and its new lock
+    (``lock_document``, under the one run id of ``parked``); the names of the lock's
+    columns; and each one's ``Locked`` event, its generation still to be put in."""
     rows, names, locks = [], (), {}
-    for parent in sorted({parent for parent, _ in answered.values()}):
+    for parent in parents:
         if parent in parked.versions:
             version, terms = parked.versions[parent]
             locks[parent] = new_lock(terms, parked.executor_id, parked.run_id, parked.deployment_id, now)
@@ -296,13 +296,15 @@ def _resume_rows(parked: ParkedRuns, answered: dict, now: datetime) -> tuple[lis
     return rows, names, locks
 
 
-def _note_resumed(parked: ParkedRuns, returned: list[tuple], locks: dict[str, Locked], values: list) -> None:
+def _note_resumed(
+    parked: ParkedRuns, returned: list[tuple], answered: dict, locks: dict[str, Locked], values: list
+) -> None:
     """Put in ``parked.resumed`` the workflows the statement locked: each one's ``Locked``
     event, with its generation, that event's version (columns 6 and 7 of a row), and the
-    responses the statement gave it."""
+    responses the statement gave it (``answered``: each child's parent and join set)."""
     for execution_id, *_, generation, version, _notified in returned:
         if generation is not None:
-            parent = str(ExecutionId.parse(execution_id).split_to_parts()[0])
+            parent, _ = answered[execution_id]
             locked = locks[parent].model_copy(update={"lock_generation": generation})
             parked.resumed[parent] = (locked, version, [response for p, response in values if p == parent])
 
