@@ -3,10 +3,9 @@
 - ``own_database``: a benchmark database of the script's own (created, migrated, Django set
   up on it; dropped afterwards, also on error);
 - ``running``: worker clusters (``bench.run.Clusters``) that are stopped whatever happens;
-- ``wait_drained`` / ``drain``: like bench/run.py's, but "unfinished" is asked through the
-  partial indexes of pending and locked rows, so the poll costs the same on a table of a
-  million finished executions as on an empty one (bench/run.py's poll filters by function,
-  which scans every finished row of it);
+- ``drain``: like bench/run.py's (its ``wait_drained`` asks "unfinished" through the partial
+  indexes of pending and locked rows, so the poll costs the same on a table of a million
+  finished executions as on an empty one);
 - ``server_counters``: writing transactions, WAL bytes and PostgreSQL's CPU seconds, to put
   a figure on what one execution costs the database.
 """
@@ -33,6 +32,7 @@ from bench.run import (
     note,
     postmaster_pid,
     process_tree,
+    wait_drained,
 )
 
 ADMIN_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -96,28 +96,6 @@ def running(url: str, workers: int, count: int = 1):
         yield clusters
     finally:
         clusters.stop()
-
-
-_UNFINISHED_SQL = (
-    "SELECT EXISTS (SELECT 1 FROM t_state WHERE state = 'pending_at' AND lifecycle = 'active')"
-    " OR EXISTS (SELECT 1 FROM t_state WHERE state = 'locked')"
-)
-
-
-def wait_drained(clusters: Clusters, timeout: float = 900, every: float = 0.02) -> None:
-    """Until no execution is pending or locked (the no-op activity never blocks)."""
-    from django.db import connection
-
-    deadline = time.monotonic() + timeout
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(_UNFINISHED_SQL)
-            if not cursor.fetchone()[0]:
-                return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the drain did not finish within {timeout:g} s")
-        clusters.check_alive()
-        time.sleep(every)
 
 
 def warm_up(clusters: Clusters, count: int = 50) -> None:
