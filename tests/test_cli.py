@@ -43,21 +43,26 @@ def deployed():
     return helpers.deploy_components()
 
 
-def run(*argv: str | bytes) -> subprocess.CompletedProcess:
-    """``python manage.py <argv>`` on the current test database; stdout/stderr as bytes."""
+def run(*argv: str | bytes, stdout=subprocess.PIPE, unbuffered: bool = True) -> subprocess.CompletedProcess:
+    """``python manage.py <argv>`` on the current test database; stdout/stderr as bytes
+    (``stdout``: another file descriptor to write to instead; ``unbuffered``: as a
+    terminal's, else block-buffered as a pipe's)."""
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="obelisk_site.settings",
         OBELISK_COMPONENT_MODULES="tests.components",
         DATABASE_URL=current_database_url(),
-        PYTHONUNBUFFERED="1",
     )
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
     return subprocess.run(
         [sys.executable, "manage.py", *argv],
         cwd=BASE_DIR,
         env=env,
         stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         timeout=PROCESS_TIMEOUT,
     )
 
@@ -257,6 +262,21 @@ def test_operator_commands_act_through_the_store_audited_as_the_os_user():
     trail = [(e.action, e.via, e.actor.startswith("os:")) for e in reversed(store.list_audit(execution_id))]
     assert trail == [(a, "cli", True) for a in ("pause", "resume", "run_now", "retry")]
     refused("obelisk_run_now", execution_id, code="already_finished")
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["unbuffered", "block-buffered"])
+def test_a_reader_that_goes_away_ends_a_command_quietly_with_status_141(pending, unbuffered):
+    """``obelisk_list | head -1``: once the reader of the output has gone, the command stops
+    with status 141 (128 + SIGPIPE, as ``ls | head``) and nothing on stderr, never a
+    ``BrokenPipeError`` traceback, whether its output is written at once or buffered."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        result = run("obelisk_list", stdout=write_end, unbuffered=unbuffered)
+    finally:
+        os.close(write_end)
+    assert result.stderr.decode() == ""
+    assert result.returncode == _cli.EXIT_BROKEN_PIPE == 141
 
 
 def test_help_lists_the_exit_statuses():

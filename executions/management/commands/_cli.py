@@ -8,6 +8,7 @@ a refused command writes nothing. The exit statuses are defined here, once.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 
@@ -28,11 +29,13 @@ EXIT_ERROR_VALUE = 3  # --wait: the execution finished with an error value ({"er
 EXIT_EXECUTION_FAILURE = 4  # --wait: it finished with an execution failure (timed out, cancelled, ...)
 EXIT_WAIT_TIMED_OUT = 5  # --wait --timeout: the wait ended before the execution finished
 EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (`| head`): 128 + SIGPIPE, as `ls | head`
 
 EXIT_CODES_HELP = (
     "Exit status: 0 success (with --wait: finished ok); 1 error (bad input, unknown execution, database); "
     "2 malformed command line; with --wait: 3 finished with an error value, 4 finished with an execution "
-    "failure (timed out, cancelled, uncategorized, nondeterminism), 5 the wait timed out. "
+    "failure (timed out, cancelled, uncategorized, nondeterminism), 5 the wait timed out; 141 the reader "
+    "of the output went away (`| head`). "
     "Errors are one line on stderr: `CommandError: <code>: <message>`."
 )
 
@@ -96,7 +99,11 @@ class ObeliskCommand(BaseCommand):
 
     def execute(self, *args, **options):
         try:
-            return super().execute(*args, **options)
+            output = super().execute(*args, **options)
+            self.stdout.flush()  # a reader that went away fails here, not at the interpreter's exit
+            return output
+        except BrokenPipeError:
+            _leave_quietly()
         except errors.StoreError as error:
             raise fail(error) from error
         except DatabaseError as error:
@@ -106,11 +113,19 @@ class ObeliskCommand(BaseCommand):
             raise CommandError("interrupted", returncode=EXIT_INTERRUPTED) from None
 
 
+def _leave_quietly() -> None:
+    """The reader of stdout went away (``obelisk_list | head``): what it read was all it
+    wanted, so stop at once without a traceback. Stdout then points at /dev/null, so that the
+    interpreter's last flush of what is still buffered cannot fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 def cli_actor() -> str:
     """Who acts from the command line, for the audit trail: ``OBELISK_ACTOR`` if set,
     else the operating-system user."""
     import getpass
-    import os
 
     try:
         user = getpass.getuser()
