@@ -578,14 +578,14 @@ class WorkflowPool:
             return self.size - self._busy
 
     def parked_versions(self) -> dict[str, int]:
-        """The executions of runs parked (or about to park), each with the last version its
-        run wrote: what a claim need not read (``store.lock_pending``'s ``known``)."""
-        with self._state:
-            return {execution_id: place.version for execution_id, place in self._parked.items()}
+        """``parked_runs`` without the terms: what a claim need not read
+        (``store.lock_pending``'s ``known``)."""
+        return {execution_id: version for execution_id, (version, _) in self.parked_runs().items()}
 
     def parked_runs(self) -> dict[str, tuple[int, store.LockTerms]]:
-        """``parked_versions`` with the terms of each one's function: what a group commit of
-        this process may lock for them (``store.ParkedRuns``, D82)."""
+        """The executions of runs parked (or about to park), each with the last version its
+        run wrote and the terms its function is locked under: what a group commit of this
+        process may lock for them (``store.ParkedRuns``, D82)."""
         with self._state:
             return {execution_id: (place.version, place.terms) for execution_id, place in self._parked.items()}
 
