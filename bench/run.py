@@ -385,9 +385,9 @@ def wait_drained(clusters: Clusters, timeout: float = 900, every: float = 0.02) 
     """Until no execution is pending or locked: the no-op activity is in no other state
     before it finishes. The client must weigh little on the machine it measures, so each
     poll reads only the partial indexes of those rows (their states literal text, so that a
-    prepared plan can use them, D71). Filtering by function instead, as this poll did until
-    2026-12-05, scans every finished row: by the end of a drain of 20,000 it cost the server
-    6 ms a poll, a tenth of the machine."""
+    prepared plan can use them, D71). Filtering by function instead scans every finished row:
+    by the end of a drain of 20,000 that cost the server 6 ms a poll, about a ninth of the
+    machine (docs/benchmarks.md)."""
     from django.db import connection
 
     deadline = time.monotonic() + timeout
