@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 DEFAULTS = {
     # Largest JSON payload (parameters, return value, any event) the store accepts.
@@ -35,8 +36,26 @@ DEFAULTS = {
 }
 
 
+_overrides: dict | None = None  # ``settings.OBELISK``, read once (until it changes)
+
+
 def get(name: str):
-    return getattr(settings, "OBELISK", {}).get(name, DEFAULTS[name])
+    """A setting: ``settings.OBELISK[name]``, else its default. The hot path reads a few
+    per execution, and every read of ``settings`` goes through ``LazySettings``; so the
+    dict is read once, and again after ``setting_changed`` (``override_settings``), D83."""
+    global _overrides
+    if _overrides is None:
+        _overrides = getattr(settings, "OBELISK", {})
+    return _overrides.get(name, DEFAULTS[name])
+
+
+def _forget_overrides(setting: str, **kwargs) -> None:
+    global _overrides
+    if setting == "OBELISK":
+        _overrides = None
+
+
+setting_changed.connect(_forget_overrides)
 
 
 def q_cluster(workers: int = 2, **overrides) -> dict:

@@ -14,10 +14,12 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 from django.utils.timezone import now as timezone_now
 
-from executions import errors, notify, store
+from executions import conf, errors, notify, store
 from executions.events import Finished, Ok, Unlocked
 from executions.ids import ExecutionId
 from executions.models import ExecutionEvent, ExecutionState
@@ -142,6 +144,17 @@ def test_finished_notifications_carry_only_short_results():
     assert notify.parse_finished_item(short) == ("E_1", {"ok": [1, "a\tb\nc"]})
     long = notify.finished_item("E_1", {"ok": "x" * 2000})
     assert notify.parse_finished_item(long) == ("E_1", None)
+
+
+def test_an_engine_setting_read_once_follows_a_change_of_the_setting_and_its_undoing():
+    """``conf.get`` reads ``settings.OBELISK`` once (the hot path asks several times an
+    execution), yet a change made by ``override_settings`` is seen at once, and so is its
+    end."""
+    default = conf.DEFAULTS["HAND_BACK_AFTER"]
+    assert conf.get("HAND_BACK_AFTER") == default
+    with override_settings(OBELISK={**settings.OBELISK, "HAND_BACK_AFTER": timedelta(seconds=7)}):
+        assert conf.get("HAND_BACK_AFTER") == timedelta(seconds=7)
+    assert conf.get("HAND_BACK_AFTER") == default
 
 
 def test_waiting_for_an_unknown_execution_is_not_found_and_names_it():

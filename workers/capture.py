@@ -21,9 +21,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from datetime import datetime
-
-from django.utils import timezone
+from datetime import UTC, datetime
 
 logger = logging.getLogger("obelisk.capture")
 _current = threading.local()
@@ -81,7 +79,7 @@ class RunLog:
             level, message = TRACE, f"(replay) {message}"
         elif message.startswith("(replay) "):
             level = TRACE
-        self.records.append((timezone.now(), level, message))
+        self.records.append((datetime.now(UTC), level, message))
 
     def add_stream(self, stream: int, text: str) -> None:
         """Consecutive writes to one stream (``print`` writes its pieces one by one) make one
@@ -93,7 +91,7 @@ class RunLog:
             at, _, previous = self.streams[-1]
             self.streams[-1] = (at, stream, previous + payload)
         else:
-            self.streams.append((timezone.now(), stream, payload))
+            self.streams.append((datetime.now(UTC), stream, payload))
 
 
 class _CaptureHandler(logging.Handler):

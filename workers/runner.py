@@ -32,11 +32,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta  # the clock is datetime.now(UTC), never a settings read (D83)
 from typing import Any
 
 from django.db import connection
-from django.utils import timezone
 from pydantic import TypeAdapter
 
 from executions import conf, errors, store
@@ -261,7 +260,7 @@ class Watchdog:
         signal.pthread_kill(self._main, signal.SIGUSR1)
 
     def _extension_due(self, run: WatchedRun) -> float:
-        remaining = (run.lock_expires_at - timezone.now()).total_seconds()
+        remaining = (run.lock_expires_at - datetime.now(UTC)).total_seconds()
         return time.monotonic() + remaining - run.spec.lock_duration.total_seconds() / 3
 
     def _needs_extension(self, run: WatchedRun) -> bool:
@@ -272,7 +271,7 @@ class Watchdog:
         with self.lock:
             if run.closed:
                 return
-            expires = timezone.now() + run.spec.lock_duration
+            expires = datetime.now(UTC) + run.spec.lock_duration
             try:
                 lifecycle = store.extend_lock(run.execution_id, run.fence, expires)
             except (errors.LockLost, errors.IllegalState, errors.NotFound) as error:
@@ -312,7 +311,7 @@ def interrupt_outcome(run: WatchedRun, interrupt: type[ActivityInterrupt]) -> Ev
         return Finished(retval=ExecutionFailure("cancelled", "cancellation requested while running"))
     if interrupt is ActivityShutdown:
         return Unlocked(
-            unlocked_at=timezone.now(), reason="handed back after the shutdown grace period: worker is stopping"
+            unlocked_at=datetime.now(UTC), reason="handed back after the shutdown grace period: worker is stopping"
         )
     reason = f"timed out after {run.spec.timeout.total_seconds():g} s"
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("timed_out", reason)), timed_out=True)
@@ -340,7 +339,7 @@ def run_activity(
         ffqn=locked.ffqn,
         attempt=locked.intermittent_event_count + 1,
         run_id=locked.fence.run_id,
-        deadline=timezone.now() + spec.timeout,
+        deadline=datetime.now(UTC) + spec.timeout,
     )
     with running(context), capturing(locked.execution_id, locked.fence.run_id):
         try:
@@ -395,10 +394,10 @@ def renew_before_start(locked: store.LockedExecution, spec: ActivityFunction) ->
     """A claimed execution that waited in its batch: renew its lock before running it if
     less than half is left. Returns its lifecycle (``"cancelling"``: do not start it), or
     None if the lock is already gone."""
-    remaining = locked.locked.lock_expires_at - timezone.now()
+    remaining = locked.locked.lock_expires_at - datetime.now(UTC)
     if remaining >= spec.lock_duration / 2:
         return Lifecycle.ACTIVE
-    expires = timezone.now() + spec.lock_duration
+    expires = datetime.now(UTC) + spec.lock_duration
     try:
         lifecycle = store.extend_lock(locked.execution_id, locked.fence, expires)
     except (errors.LockLost, errors.IllegalState, errors.NotFound) as error:
