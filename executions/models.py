@@ -140,7 +140,13 @@ class ExecutionState(StateWords, models.Model):
             # an entry in each index (no HOT updates: `state` is indexed), so only indexes
             # a query needs are kept.
             Index(fields=["created_at"], name="t_state_created"),
-            Index(fields=["ffqn", "created_at"], name="t_state_ffqn_created"),
+            # `varchar_pattern_ops` (D84): a function prefix (`LIKE 'prefix%'`) is a range of this
+            # index whatever the server's collation; exact functions use it too.
+            Index(
+                fields=["ffqn", "created_at"],
+                opclasses=["varchar_pattern_ops", "timestamptz_ops"],
+                name="t_state_ffqn_created",
+            ),
             Index(fields=["deployment_id", "created_at"], name="t_state_deployment"),
         ]
 

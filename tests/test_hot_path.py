@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 from django.utils.timezone import now as timezone_now
 
@@ -1449,3 +1449,24 @@ def test_the_store_alone_keeps_the_log_and_responses_free_of_orphans_without_a_f
     [refused] = store.append_many([store.AppendItem(missing, None, Finished(retval=Ok(1)), fence=fence)])
     assert isinstance(refused, errors.NotFound)
     assert not ExecutionEvent.objects.filter(execution_id=missing).exists()
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("prefix", ["a:pkg/ifc.rare", "a:pkg/"])
+def test_listing_by_function_prefix_is_answered_by_the_function_index_not_a_scan_of_every_execution(prefix):
+    """``ffqn_prefix`` (the REST API's, the CLI's and the console's filter) is a ``LIKE
+    'prefix%'``. A btree under the server's collation cannot answer it (only under ``C``),
+    so on a big table the listing read every execution; ``t_state_ffqn_created`` is built
+    with ``varchar_pattern_ops`` on the function, which serves the prefix and an exact
+    function alike. Sequential scans are priced out so that the plan shows whether the index
+    can answer at all, whatever the table's size."""
+    from executions.store.listing import filter_executions
+
+    query = filter_executions(store.ExecutionFilter(ffqn_prefix=prefix)).order_by("-created_at", "-execution_id")
+    sql, params = query[:21].query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "t_state_ffqn_created" in plan, plan
+    assert "~>=~" in plan, plan  # the prefix bounds the index scan
