@@ -31,18 +31,19 @@ from ulid import ULID
 
 from executions.errors import InvalidId, excerpt
 
-_ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")  # 128 bits: the first character is at most 7
-_JOIN_SET_NAME_RE = re.compile(r"^[A-Za-z0-9_/-]+$")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Matched with ``fullmatch``: ``$`` would also match before a final newline.
+_ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")  # 128 bits: the first character is at most 7
+_JOIN_SET_NAME_RE = re.compile(r"[A-Za-z0-9_/-]+")
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _FFQN_RE = re.compile(
-    r"^(?P<namespace>[A-Za-z0-9_-]+):(?P<package>[A-Za-z0-9_-]+)/(?P<interface>[A-Za-z0-9_/-]+)"
-    r"(?:@(?P<version>[A-Za-z0-9.+-]+))?\.(?P<function>[A-Za-z_][A-Za-z0-9_-]*)$"
+    r"(?P<namespace>[A-Za-z0-9_-]+):(?P<package>[A-Za-z0-9_-]+)/(?P<interface>[A-Za-z0-9_/-]+)"
+    r"(?:@(?P<version>[A-Za-z0-9.+-]+))?\.(?P<function>[A-Za-z_][A-Za-z0-9_-]*)"
 )
 JOIN_SET_KINDS = {"o": "one_off", "n": "named", "g": "generated"}
 
 
 def _check_ulid(text: str, what: str) -> str:
-    if not _ULID_RE.match(text):
+    if not _ULID_RE.fullmatch(text):
         raise InvalidId(
             f"{what}: `{excerpt(text)}` is not a 26-character upper-case Crockford ULID (base32, first character 0-7)"
         )
@@ -68,7 +69,7 @@ class JoinSetId:
     def __post_init__(self):
         if self.kind not in JOIN_SET_KINDS:
             raise InvalidId(f"join set kind must be one of o, n, g; got `{excerpt(self.kind)}`")
-        if not self.name or not _JOIN_SET_NAME_RE.match(self.name):
+        if not self.name or not _JOIN_SET_NAME_RE.fullmatch(self.name):
             raise InvalidId(
                 f"join set name `{excerpt(self.name)}` must be non-empty and contain only letters, digits and `_`, `/`, `-`"
             )
@@ -206,7 +207,7 @@ class FunctionFqn:
 
 @functools.lru_cache(maxsize=_PARSED)
 def _parse_function_fqn(text: str) -> FunctionFqn:
-    match = _FFQN_RE.match(text)
+    match = _FFQN_RE.fullmatch(text)
     if not match:
         raise _not_a_function_name(text)
     return FunctionFqn(**match.groupdict())
@@ -244,7 +245,7 @@ def new_deployment_id() -> str:
 
 
 def parse_content_digest(text: str) -> str:
-    if not isinstance(text, str) or not _DIGEST_RE.match(text):
+    if not isinstance(text, str) or not _DIGEST_RE.fullmatch(text):
         raise InvalidId(f"digest must look like `sha256:<64 lower-case hex>`, got `{excerpt(text)}`")
     return text
 

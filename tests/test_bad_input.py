@@ -151,6 +151,7 @@ BAD_EXECUTION_IDS = [
     "E_" + ULID.lower(),
     "E_" + ULID[:-1],
     "X_" + ULID,
+    "E_" + ULID + "\n",  # `$` matched before a final newline: the id was kept with it
     "E_" + ULID + ".n:js_0",  # child indexes start at 1
     "E_" + ULID + ".x:js_1",  # unknown join set kind
     "E_" + ULID + ".n:js",  # no index
@@ -158,8 +159,17 @@ BAD_EXECUTION_IDS = [
     42,
 ]
 BAD_DELAY_IDS = ["", "Delay_", "Delay_" + ULID, f"Delay_{ULID}.n:js_0", f"Delay_{ULID}.q:js_1", "E_" + ULID + ".n:js_1"]
-BAD_FUNCTIONS = ["", "fn", "ns:pkg.fn", "ns:pkg/ifc", "ns:pkg/ifc.1fn", "ns pkg/ifc.fn", "ns:pkg/ifc@.fn"]
-BAD_RUN_IDS = ["", "Run_", "Run_" + ULID.lower(), "Exr_" + ULID, "run_" + ULID]
+BAD_FUNCTIONS = [
+    "",
+    "fn",
+    "ns:pkg.fn",
+    "ns:pkg/ifc",
+    "ns:pkg/ifc.1fn",
+    "ns pkg/ifc.fn",
+    "ns:pkg/ifc@.fn",
+    "ns:pkg/ifc.fn\n",
+]
+BAD_RUN_IDS = ["", "Run_", "Run_" + ULID.lower(), "Exr_" + ULID, "run_" + ULID, "Run_" + ULID + "\n"]
 BAD_EXECUTOR_IDS = ["", "Exr_", "Exr_" + ULID[:-1], "Run_" + ULID]
 BAD_DEPLOYMENT_IDS = ["", "Dep_", "Dep_" + ULID + "X", "Exr_" + ULID]
 

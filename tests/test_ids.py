@@ -361,3 +361,26 @@ def test_content_digest():
 def test_invalid_digests(text):
     invalid(lambda: parse_content_digest(text), "sha256:<64 lower-case hex>")
     invalid(lambda: digest_to_bytes(text), "sha256:")
+
+
+@pytest.mark.parametrize(
+    ("parse", "valid"),
+    [
+        (ExecutionId.parse, TOP),
+        (ExecutionId.parse, f"{TOP}.n:batch_1"),
+        (DelayId.parse, f"Delay_{ULID}.o:1_1"),
+        (JoinSetId.parse, "n:batch"),
+        (FunctionFqn.parse, "ns:pkg/ifc.fn"),
+        (parse_run_id, f"Run_{ULID}"),
+        (parse_executor_id, f"Exr_{ULID}"),
+        (parse_deployment_id, f"Dep_{ULID}"),
+        (parse_content_digest, "sha256:" + "0" * 64),
+    ],
+    ids=["top-level", "derived", "delay", "join-set", "function", "run", "executor", "deployment", "digest"],
+)
+@pytest.mark.parametrize("tail", ["\n", "\r\n", " ", "\x00"], ids=["newline", "crlf", "space", "nul"])
+def test_an_id_with_anything_after_it_is_refused_not_kept_with_the_tail(parse, valid, tail):
+    """Every id is matched whole: a pattern anchored with ``$`` also matches before a final
+    newline, which let ``E_<ULID>\\n`` through as a different execution id than ``E_<ULID>``."""
+    parse(valid)
+    invalid(lambda: parse(valid + tail))
