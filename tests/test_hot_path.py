@@ -1454,11 +1454,11 @@ def test_the_store_alone_keeps_the_log_and_responses_free_of_orphans_without_a_f
 @pytest.mark.postgres_only
 @pytest.mark.parametrize("prefix", ["a:pkg/ifc.rare", "a:pkg/"])
 def test_listing_by_function_prefix_is_answered_by_the_function_index_not_a_scan_of_every_execution(prefix):
-    """``ffqn_prefix`` (the REST API's, the CLI's and the console's filter) is a ``LIKE
-    'prefix%'``. A btree under the server's collation cannot answer it (only under ``C``),
-    so on a big table the listing read every execution; ``t_state_ffqn_created`` is built
-    with ``varchar_pattern_ops`` on the function, which serves the prefix and an exact
-    function alike. Sequential scans are priced out so that the plan shows whether the index
+    """``ffqn_prefix`` (the REST API's and the CLI's filter) is a ``LIKE 'prefix%'``. A
+    btree under the server's collation cannot answer it (only under ``C``), so on a big
+    table the listing read every execution; ``t_state_ffqn_created`` is built with
+    ``varchar_pattern_ops`` on the function, which serves the prefix and an exact function
+    alike (D84). Sequential scans are priced out so that the plan shows whether the index
     can answer at all, whatever the table's size."""
     from executions.store.listing import filter_executions
 
