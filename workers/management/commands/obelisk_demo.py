@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
-from executions import display, store
+from executions import conf, display, store
 from executions.management.commands._cli import ObeliskCommand, parse_seconds, status_line, wait_with_progress
 from workers.submission import submit
 
@@ -36,7 +36,7 @@ class Command(ObeliskCommand):
 
     def handle(self, *args, timeout, **options):
         timeout = parse_seconds(timeout, "--timeout")
-        modules = settings.OBELISK.get("COMPONENT_MODULES", [])
+        modules = conf.get("COMPONENT_MODULES")
         if "demo.activities" not in modules or "demo.workflows" not in modules:
             raise CommandError(
                 "configuration_error: the demo needs OBELISK_COMPONENT_MODULES to include demo.activities "
