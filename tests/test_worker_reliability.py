@@ -258,6 +258,41 @@ def test_sigterm_to_the_whole_process_group_hands_back_after_the_grace_period(cl
     assert_each_ran_once_unless_handed_back_mid_run(ids, marks)
 
 
+def test_a_stop_signalled_many_times_in_a_burst_still_stops_the_cluster(clusters, tmp_path):
+    """An impatient operator, a supervisor and ``timeout`` may all signal the
+    ``obelisk_worker`` process, and a signal can arrive while the handler of the one
+    before is still running. The handler runs nested inside it then, so it must take no
+    lock: a process-shared ``Event.set`` in the handler deadlocked on its own
+    non-reentrant lock, and the cluster never stopped. Here SIGTERM and SIGINT are sent
+    back to back for half a second while an activity runs; the cluster must still hand
+    back, stop and exit, and a new cluster finishes every execution."""
+    marks = Marks(tmp_path / "slow.marks")
+    cluster = clusters(workers=1)
+    ids = [submit(SLOW, [1.5, str(marks.path)])[0] for _ in range(4)]
+    wait_until(lambda: marks.running_since() is not None, timeout=WAIT, what="an activity to start")
+
+    deadline = time.monotonic() + 0.5
+    signals = 0
+    while time.monotonic() < deadline and cluster.alive():
+        cluster.signal_main(signal.SIGTERM if signals % 2 == 0 else signal.SIGINT)
+        signals += 1
+    assert signals > 100, f"only {signals} signals were sent: the burst did not happen"
+    cluster.wait_exit(STOP_LIMIT)
+    assert "worker cluster stopped" in cluster.log()
+
+    problems = []
+    for execution_id in ids:
+        result = store.get_finished_result(execution_id)
+        if result is None:
+            problems += handed_back_problems(execution_id, started=bool(marks.starts()[execution_id]))
+        elif result != Ok("slept"):
+            problems.append(f"{execution_id}: finished with {result!r}")
+    assert problems == []
+    clusters(workers=1)
+    assert outcomes(ids) == {execution_id: Ok("slept") for execution_id in ids}
+    assert_each_ran_once_unless_handed_back_mid_run(ids, marks)
+
+
 # ---------------------------------------------------------------------------------------
 # 4. A vanished worker is not a timeout
 # ---------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ execution pays a retry for a stop.
 
 Who tells it to stop:
 
-- ``SIGTERM`` to the ``obelisk_worker`` process (an operator, a supervisor): it sets the
-  cluster's shared stop flag (created here before django-q2 forks the cluster, so every
-  process inherits it) and then asks django-q2's sentinel to stop the pool;
+- ``SIGTERM`` (or ``SIGINT``) to the ``obelisk_worker`` process (an operator, a
+  supervisor): its handler sets the cluster's shared stop flag (created here before
+  django-q2 forks the cluster, so every process inherits it) and nothing else; the
+  process's main loop then asks django-q2's sentinel to stop the pool;
 - ``SIGTERM`` to every process of the cluster (systemd, Kubernetes): the sentinel, pusher
   and monitor ignore it (``ignore_sigterm``, installed by the broker before the sentinel
   forks) and leave the order to the ``obelisk_worker`` process; each worker process marks
@@ -20,6 +21,7 @@ Who tells it to stop:
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import signal
@@ -27,26 +29,34 @@ import time
 
 logger = logging.getLogger("obelisk.shutdown")
 
-_cluster_stopping = None  # a multiprocessing Event shared by the cluster's processes
+_cluster_stopping = None  # a flag in memory shared by the cluster's processes (fork)
 _stop_requested_at: float | None = None  # monotonic time this process learnt to stop
 _told_alone = False  # this worker process got its own SIGTERM
 
 
 def prepare_cluster() -> None:
-    """Create the shared stop flag; call before the cluster forks its processes."""
+    """Create the shared stop flag; call before the cluster forks its processes.
+
+    A lock-free byte, not a ``multiprocessing.Event`` (D85): the flag is set in a signal
+    handler, and a handler runs nested inside the one before it when signals come in a
+    burst. ``Event.set`` takes a non-reentrant lock, so the nested handler waited for
+    the one it interrupted and the cluster never stopped. One process writes the byte
+    once; the others only read it (also on the executor's hot path, now without a lock)."""
     global _cluster_stopping
-    _cluster_stopping = multiprocessing.get_context("fork").Event()
+    _cluster_stopping = multiprocessing.get_context("fork").RawValue(ctypes.c_bool, False)
 
 
 def request_cluster_stop() -> None:
+    """Tell every process of the cluster to stop. Safe in a signal handler: it takes no
+    lock and does no I/O (D85)."""
     if _cluster_stopping is not None:
-        _cluster_stopping.set()
+        _cluster_stopping.value = True
     _note_stop()
 
 
 def stop_requested_at() -> float | None:
     """When this process learnt that it must stop (None: it need not)."""
-    if _stop_requested_at is None and _cluster_stopping is not None and _cluster_stopping.is_set():
+    if _stop_requested_at is None and _cluster_stopping is not None and _cluster_stopping.value:
         _note_stop()
     return _stop_requested_at
 
@@ -86,6 +96,6 @@ def install_worker_handler(**_) -> None:
 def leave_if_told_alone() -> None:
     """After a claim task: a worker that got its own SIGTERM while its cluster goes on
     exits, so the sentinel replaces it (a stopped worker must not sit in the pool)."""
-    if _told_alone and not (_cluster_stopping is not None and _cluster_stopping.is_set()):
+    if _told_alone and not (_cluster_stopping is not None and _cluster_stopping.value):
         logger.info("worker process stopping on SIGTERM; the cluster replaces it")
         raise SystemExit(0)

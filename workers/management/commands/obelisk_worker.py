@@ -43,17 +43,14 @@ class Command(BaseCommand):
         cluster = Cluster(get_broker())
 
         def stop(signum, frame):
-            """Tell every process of the cluster to stop (the shared flag), then have the
-            sentinel stop the pool: it waits for the workers to hand back and finish."""
+            """Tell every process of the cluster to stop: the shared flag, and nothing that
+            takes a lock, because the next signal may run this again inside it (D85). The
+            loop below passes the stop on to django-q2's sentinel."""
             shutdown.request_cluster_stop()
-            if cluster.stop_event is not None:
-                cluster.stop_event.set()
 
         signal.signal(signal.SIGTERM, stop)  # replaces django-q2's handler, which blocks in it
         signal.signal(signal.SIGINT, stop)
         cluster.start()
-        if shutdown.stopping():  # asked before the sentinel existed
-            stop(signal.SIGTERM, None)
         # After the fork: the cluster's processes set up their own exporters (workers.tasks).
         if telemetry.setup_from_environment():
             telemetry.observe_backlog()
@@ -61,9 +58,22 @@ class Command(BaseCommand):
         sweeper.start()
         beat = heartbeat.HeartbeatThread(processes=Conf.WORKERS, functions=list(functions), deployment_id=deployment_id)
         beat.start()
-        while cluster.sentinel is not None and cluster.sentinel.is_alive():
-            time.sleep(0.2)
+        self._wait_for_the_sentinel(cluster)
         beat.stop()  # records the cluster as stopped
         sweeper.stop()
         telemetry.shutdown()
         self.stdout.write("worker cluster stopped")
+
+    @staticmethod
+    def _wait_for_the_sentinel(cluster) -> None:
+        """Until the sentinel has stopped the pool. Once the cluster is told to stop (a
+        signal, possibly before the sentinel existed), have the sentinel stop the pool:
+        it waits for the workers to hand back and finish."""
+        from workers import shutdown
+
+        passed_on = False
+        while cluster.sentinel is not None and cluster.sentinel.is_alive():
+            if not passed_on and shutdown.stopping():
+                cluster.stop_event.set()
+                passed_on = True
+            time.sleep(0.1)
