@@ -351,6 +351,11 @@ class Listener:
             self._received.append(notification)
             self._cond.notify_all()
 
+    def waiting(self) -> list[Notification]:
+        """What has arrived and not been taken by ``wait`` yet, left in place."""
+        with self._cond:
+            return list(self._received)
+
     def wait(self, timeout: float) -> list[Notification]:
         """Block until something arrives or ``timeout`` seconds pass; return what arrived.
 

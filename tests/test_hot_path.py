@@ -317,6 +317,65 @@ def test_only_a_batch_expected_to_be_short_holds_new_work_back():
         _forget_cluster()
 
 
+def _locked_by(execution_id: str) -> str:
+    """The run id of an execution's latest ``Locked`` event: one claim, one run id."""
+    return [r.event.run_id for r in store.get(execution_id).events if r.event.VARIANT == "locked"][-1]
+
+
+@pytest.mark.postgres_only
+def test_work_announced_while_a_batch_runs_is_claimed_together_with_what_follows_within_the_window(tmp_path):
+    """D86: an execution announced while the worker runs a batch streams in regardless of
+    its results, so the worker waits ``CLAIM_COALESCE`` before its next claim, and that
+    one claim also takes what was submitted meanwhile."""
+    import os
+
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    # Batches sized for 10 s of work: after the 0.3 s activity the next claim may take many.
+    executor = ActivityExecutor(load_components(), current_deployment_id(), target_batch_seconds=10)
+    marker = str(tmp_path / "marker")
+    submitted = {}
+
+    def submit_during_then_right_after_the_batch():
+        while not os.path.exists(marker):  # the slow activity has started
+            time.sleep(0.005)
+        submitted["during"] = create(SERVED)
+        while store.get_state(slow).state != "finished":
+            time.sleep(0.005)
+        submitted["after"] = create(SERVED)
+        store.wait_for_finished(list(submitted.values()), timeout=30)  # a safety limit
+
+    with override_settings(OBELISK={**settings.OBELISK, "CLAIM_COALESCE": timedelta(seconds=2)}):
+        slow = create("test:acts/slow.sleep", [0.3, marker])
+        _claim_and_run_beside(executor, submit_during_then_right_after_the_batch, budget=30, linger=1.0)
+    assert executor.stats.coalesced == 1
+    assert _locked_by(submitted["during"]) == _locked_by(submitted["after"])
+
+
+def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_never_held_by_the_window():
+    """D86: a submission made after the previous result was written is not a stream: the
+    worker claims it at once, however long ``CLAIM_COALESCE`` is."""
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    executor = ActivityExecutor(load_components(), current_deployment_id())
+    finished = []
+
+    def submit_each_after_the_previous_result():
+        for _ in range(3):
+            execution_id = create(SERVED)
+            # 20 s is a safety limit far below the window: a held claim would exceed it.
+            finished.append(store.wait_for_finished([execution_id], timeout=20))
+
+    with override_settings(OBELISK={**settings.OBELISK, "CLAIM_COALESCE": timedelta(seconds=60)}):
+        _claim_and_run_beside(executor, submit_each_after_the_previous_result, budget=60, linger=1.0)
+    assert len(finished) == 3
+    assert executor.stats.coalesced == 0
+
+
 @pytest.mark.parametrize("children", [3, 30])
 def test_a_write_of_many_join_nexts_reads_its_join_sets_responses_once_and_takes_them_in_order(children):
     """A workflow that collects a wide join set appends its join-nexts in one write; each

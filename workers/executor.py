@@ -56,6 +56,7 @@ class ExecutorStats:
     finished: int = 0
     lost: int = 0
     handed_back: int = 0
+    coalesced: int = 0  # claims held for ``CLAIM_COALESCE`` (D86)
 
 
 class ActivityExecutor:
@@ -100,6 +101,7 @@ class ActivityExecutor:
         self._handed_lock = threading.Lock()
         self._accepting = False  # inside ``claim_and_run``: handed children will be run
         self._running = False  # a batch is under way: it is offered no children (D65)
+        self._told_while_running = False  # activities were announced during the last batch
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds.
@@ -278,6 +280,7 @@ class ActivityExecutor:
         interval is worth a claim of both kinds. A workflow that was due while the pool
         was full is looked for again once a thread is free.
         """
+        streaming, self._told_while_running = self._told_while_running, False
         while (timeout := until - time.monotonic()) > 0 and not shutdown.stopping():
             if self._workflows_waiting and self.workflows.free() > 0:
                 return _Due(activities=False, workflows=True)
@@ -292,9 +295,28 @@ class ActivityExecutor:
             )
             if not notify.is_postgres():
                 return _Due(activities=True, workflows=True)
+            if due.activities and not due.workflows and streaming and self.batch_size > 1:
+                return self._coalesce(due)
             if due.activities or due.workflows:
                 return due
         return None
+
+    def _coalesce(self, due: _Due) -> _Due:
+        """Work was announced while this worker ran its last batch: it streams in faster
+        than one claim per execution keeps up with. Wait ``CLAIM_COALESCE`` so the next
+        claim takes what arrives meanwhile too: a claim and a group commit cost the same
+        for one execution as for a few. A caller that waits for each result before
+        submitting the next is never held, since its next submission can only come after
+        the results were written (D86). Only when a claim may take more than one (slow
+        activities are claimed one at a time, ``_adapt``). What was announced meanwhile is taken from the
+        listener (the claim covers it): left there, it would start the next wait."""
+        window = conf.get("CLAIM_COALESCE").total_seconds()
+        if window <= 0:
+            return due
+        self.stats.coalesced += 1
+        time.sleep(window)
+        meanwhile = _announced(self._listener.wait(0))
+        return _Due(activities=True, workflows=bool(meanwhile & self.workflow_terms.keys()), woken_at=due.woken_at)
 
     def run_batch(self, batch: list[store.LockedExecution]) -> None:
         """Run a claimed batch one after another; results go out in group commits. What
@@ -319,6 +341,10 @@ class ActivityExecutor:
         finally:
             with self._handed_lock:
                 self._running = False  # children handed over during the last write run next
+        # Before the results go out: nothing announced by now can be a caller's reaction
+        # to them, so it streams in regardless of this worker's pace (D86).
+        waiting = self._listener.waiting() if self._listener is not None else []
+        self._told_while_running = bool(_announced(waiting) & self.terms.keys())
         self._flush()
 
     def _next_unstarted(self) -> store.LockedExecution | None:
