@@ -376,6 +376,27 @@ def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_never
     assert executor.stats.coalesced == 0
 
 
+def test_a_busy_worker_waiting_for_more_of_a_stream_holds_new_work_back_only_until_its_claim():
+    """D86 with D58: a busy worker that waits ``CLAIM_COALESCE`` before its next claim
+    counts as finishing until then, so a worker woken meanwhile leaves the work to that
+    claim; once its claim starts it no longer holds anything back. A worker that is not
+    busy holds nothing back by waiting."""
+    from workers import lingering
+
+    lingering.prepare_cluster()
+    try:
+        lingering.claims_within(30)  # not busy: nothing to extend
+        assert lingering._busy_until.value == 0.0
+        lingering.batch_started(lingering.BUSY_DEFER * 10)  # a long batch holds nothing back
+        assert lingering._busy_until.value == 0.0
+        lingering.claims_within(30)
+        assert lingering._busy_until.value > time.monotonic() + 29
+        with lingering.claiming(8):
+            assert lingering._busy.value == 0
+    finally:
+        _forget_cluster()
+
+
 @pytest.mark.parametrize("children", [3, 30])
 def test_a_write_of_many_join_nexts_reads_its_join_sets_responses_once_and_takes_them_in_order(children):
     """A workflow that collects a wide join set appends its join-nexts in one write; each

@@ -314,6 +314,7 @@ class ActivityExecutor:
         if window <= 0:
             return due
         self.stats.coalesced += 1
+        lingering.claims_within(window)
         time.sleep(window)
         meanwhile = _announced(self._listener.wait(0))
         return _Due(activities=True, workflows=bool(meanwhile & self.workflow_terms.keys()), woken_at=due.woken_at)

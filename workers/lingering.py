@@ -22,7 +22,9 @@ everything then due in one transaction as soon as its batch is written. Two work
 splitting a stream of single executions instead claim and commit each one on its own,
 which on a small host made a second worker slow the stream down. Only a batch expected to
 be short is waited for (its worker's previous batch took at most ``BUSY_DEFER``), and only
-until it is expected to end: new work is never held back behind a long run.
+until it is expected to end: new work is never held back behind a long run. A busy worker
+that waits ``CLAIM_COALESCE`` for more of a stream before its next claim (D86) counts as
+finishing until that window ends (``claims_within``).
 """
 
 from __future__ import annotations
@@ -113,6 +115,14 @@ def batch_started(expected_seconds: float) -> None:
         _busy_here = True
     short = expected_seconds <= BUSY_DEFER
     _busy_until.value = time.monotonic() + 1.5 * expected_seconds + BUSY_SLACK if short else 0.0
+
+
+def claims_within(seconds: float) -> None:
+    """This busy worker makes its next claim within ``seconds`` (it waits for more of a
+    stream first, D86): woken workers leave the new work to it until then, as they do
+    while its batch runs (D58), instead of splitting the stream into claims of one."""
+    if _busy is not None and _busy_here:
+        _busy_until.value = max(_busy_until.value, time.monotonic() + seconds + BUSY_SLACK)
 
 
 def idle() -> None:
