@@ -308,8 +308,9 @@ class ActivityExecutor:
         for one execution as for a few. A caller that waits for each result before
         submitting the next is never held, since its next submission can only come after
         the results were written (D86). Only when a claim may take more than one (slow
-        activities are claimed one at a time, ``_adapt``). What was announced meanwhile is taken from the
-        listener (the claim covers it): left there, it would start the next wait."""
+        activities are claimed one at a time, ``_adapt``). What was announced meanwhile
+        is taken from the listener (the claim covers it): left there, it would start the
+        next wait."""
         window = conf.get("CLAIM_COALESCE").total_seconds()
         if window <= 0:
             return due
