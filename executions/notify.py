@@ -351,6 +351,15 @@ class Listener:
             self._received.append(notification)
             self._cond.notify_all()
 
+    def discard(self, channel: str, items) -> None:
+        """Forget what arrived on ``channel`` naming nothing but ``items``: the caller is
+        about to look at the tables for all of them, which covers every commit announced
+        so far (a notification is delivered after its commit)."""
+        with self._cond:
+            self._received = [
+                n for n in self._received if n.channel != channel or not all(item in items for item in n.items)
+            ]
+
     def waiting(self) -> list[Notification]:
         """What has arrived and not been taken by ``wait`` yet, left in place."""
         with self._cond:

@@ -354,7 +354,7 @@ def test_work_announced_while_a_batch_runs_is_claimed_together_with_what_follows
     assert _locked_by(submitted["during"]) == _locked_by(submitted["after"])
 
 
-def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_never_held_by_the_window():
+def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_not_held_by_the_window():
     """D86: a submission made after the previous result was written is not a stream: the
     worker claims it at once, however long ``CLAIM_COALESCE`` is."""
     from workers.executor import ActivityExecutor
@@ -363,8 +363,22 @@ def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_never
 
     executor = ActivityExecutor(load_components(), current_deployment_id())
     finished = []
+    # The first submission waits for the executor's first claim, which it makes as it
+    # starts, before it listens: a commit racing that claim is taken by it, and its
+    # notification, arriving afterwards, reads as new work (the race D86 leaves open).
+    claimed_once = threading.Event()
+    claim = executor._claim_activities
+
+    def claim_then_tell(*args, **kwargs):
+        try:
+            return claim(*args, **kwargs)
+        finally:
+            claimed_once.set()
+
+    executor._claim_activities = claim_then_tell
 
     def submit_each_after_the_previous_result():
+        assert claimed_once.wait(30)  # a safety limit
         for _ in range(3):
             execution_id = create(SERVED)
             # 20 s is a safety limit far below the window: a held claim would exceed it.
@@ -373,6 +387,28 @@ def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_never
     with override_settings(OBELISK={**settings.OBELISK, "CLAIM_COALESCE": timedelta(seconds=60)}):
         _claim_and_run_beside(executor, submit_each_after_the_previous_result, budget=60, linger=1.0)
     assert len(finished) == 3
+    assert executor.stats.coalesced == 0
+
+
+@pytest.mark.postgres_only
+def test_the_notification_of_work_a_claim_already_took_does_not_read_as_a_stream():
+    """D86: a claim takes every execution announced before it starts, so it discards
+    those announcements. Left in the listener, they read as work that arrived during the
+    batch, and the next claim waited for the window with nothing to wait for."""
+    from workers.executor import ActivityExecutor
+    from workers.registry import load_components
+    from workers.submission import current_deployment_id
+
+    executor = ActivityExecutor(load_components(), current_deployment_id())
+    with override_settings(OBELISK={**settings.OBELISK, "CLAIM_COALESCE": timedelta(seconds=10)}):
+        executor.claim_and_run(budget=0.2, linger=0.1)  # it listens from here on
+        taken = create(SERVED)
+        deadline = time.monotonic() + 30  # a safety limit
+        while not executor._listener.waiting() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert executor._listener.waiting(), "the notification never arrived"
+        executor.claim_and_run(budget=5, linger=0.2)  # its first claim takes ``taken``
+    assert store.get_state(taken).state == "finished"
     assert executor.stats.coalesced == 0
 
 

@@ -124,6 +124,10 @@ class ActivityExecutor:
         try:
             if self._listener is None:
                 self._listener = notify.Listener([notify.PENDING])
+            # This task's first claim looks without being woken, and takes what was
+            # announced to the listener since the last task: left there, it would read as
+            # work that came during the first batch (D86).
+            self._listener.discard(notify.PENDING, self.terms.keys())
             self._accept_children(True)
             while time.monotonic() < deadline and not shutdown.stopping():
                 limit = self.batch_size
@@ -306,7 +310,7 @@ class ActivityExecutor:
         than one claim per execution keeps up with. Wait ``CLAIM_COALESCE`` so the next
         claim takes what arrives meanwhile too: a claim and a group commit cost the same
         for one execution as for a few. A caller that waits for each result before
-        submitting the next is never held, since its next submission can only come after
+        submitting the next is not held, since its next submission can only come after
         the results were written (D86). Only when a claim may take more than one (slow
         activities are claimed one at a time, ``_adapt``). What was announced meanwhile
         is taken from the listener (the claim covers it): left there, it would start the
