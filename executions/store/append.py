@@ -465,12 +465,17 @@ resumable AS (
 
 def _finish_ctes(names: tuple[str, ...]) -> str:
     """Lock the batch's rows by id, keep those still held by the run (``c``), finish them
-    and log their ``Finished`` events: the part D70 and D81 share."""
+    and log their ``Finished`` events: the part D70 and D81 share. Each row is locked by
+    its key, in id order, in a ``LATERAL`` subquery: a plan made while the table was small
+    still uses the primary key, where ``= ANY(ids)`` read the whole table (D87)."""
     return f"""by_id AS (
-    SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation FROM t_state s
-    WHERE s.execution_id = ANY (%s::text[])
-    ORDER BY s.execution_id
-    FOR UPDATE OF s
+    SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation
+    FROM (SELECT unnest(%s::text[]) AS id ORDER BY 1) AS i
+    CROSS JOIN LATERAL (
+        SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation FROM t_state s
+        WHERE s.execution_id = i.id
+        FOR UPDATE OF s
+    ) AS s
 ),
 c AS (
     SELECT s.execution_id, s.corresponding_version FROM by_id s JOIN v ON v.execution_id = s.execution_id

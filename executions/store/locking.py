@@ -220,13 +220,16 @@ def _hand_back(candidates, locked_events: dict[str, Locked]) -> None:
 
 @functools.cache
 def _claim_sql(candidates_sql: str, names: tuple[str, ...]) -> str:
+    # Each ``Created`` event in a subquery of its own: a plan made while the log was small
+    # still reads it by the primary key, where a join read the whole log (D87).
     record = recordset_columns(ExecutionState, names)
     return f"""
 WITH c AS ({candidates_sql}),
 t AS (SELECT * FROM json_to_recordset(%s) AS t(ffqn text, {record}, event_head text, event_tail text)),
 {lock_ctes(names, "c JOIN t ON t.ffqn = c.ffqn", "c", "t", update="locking", log="logging")}
-SELECT {", ".join("c." + column.strip() for column in _CANDIDATE_COLUMNS.split(","))}, l.json_value
-FROM c JOIN t_execution_log l ON l.execution_id = c.execution_id AND l.version = 0
+SELECT {", ".join("c." + column.strip() for column in _CANDIDATE_COLUMNS.split(","))},
+    (SELECT l.json_value FROM t_execution_log l WHERE l.execution_id = c.execution_id AND l.version = 0)
+FROM c
 ORDER BY c.pending_expires_finished, c.execution_id
 """
 
