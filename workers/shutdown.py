@@ -56,9 +56,14 @@ def request_cluster_stop() -> None:
 
 def stop_requested_at() -> float | None:
     """When this process learnt that it must stop (None: it need not)."""
-    if _stop_requested_at is None and _cluster_stopping is not None and _cluster_stopping.value:
+    if _stop_requested_at is None and _cluster_told():
         _note_stop()
     return _stop_requested_at
+
+
+def _cluster_told() -> bool:
+    """Whether the cluster's shared flag says stop (read without a lock, D85)."""
+    return _cluster_stopping is not None and _cluster_stopping.value
 
 
 def stopping() -> bool:
@@ -96,6 +101,6 @@ def install_worker_handler(**_) -> None:
 def leave_if_told_alone() -> None:
     """After a claim task: a worker that got its own SIGTERM while its cluster goes on
     exits, so the sentinel replaces it (a stopped worker must not sit in the pool)."""
-    if _told_alone and not (_cluster_stopping is not None and _cluster_stopping.value):
+    if _told_alone and not _cluster_told():
         logger.info("worker process stopping on SIGTERM; the cluster replaces it")
         raise SystemExit(0)

@@ -58,22 +58,20 @@ class Command(BaseCommand):
         sweeper.start()
         beat = heartbeat.HeartbeatThread(processes=Conf.WORKERS, functions=list(functions), deployment_id=deployment_id)
         beat.start()
-        self._wait_for_the_sentinel(cluster)
+        self._wait_for_the_sentinel(cluster, shutdown.stopping)
         beat.stop()  # records the cluster as stopped
         sweeper.stop()
         telemetry.shutdown()
         self.stdout.write("worker cluster stopped")
 
     @staticmethod
-    def _wait_for_the_sentinel(cluster) -> None:
-        """Until the sentinel has stopped the pool. Once the cluster is told to stop (a
-        signal, possibly before the sentinel existed), have the sentinel stop the pool:
-        it waits for the workers to hand back and finish."""
-        from workers import shutdown
-
+    def _wait_for_the_sentinel(cluster, stopping) -> None:
+        """Until the sentinel has stopped the pool. Once the cluster is told to stop
+        (``stopping()``: a signal, possibly before the sentinel existed), have the sentinel
+        stop the pool: it waits for the workers to hand back and finish."""
         passed_on = False
         while cluster.sentinel is not None and cluster.sentinel.is_alive():
-            if not passed_on and shutdown.stopping():
+            if not passed_on and stopping():
                 cluster.stop_event.set()
                 passed_on = True
             time.sleep(0.1)
