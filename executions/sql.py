@@ -36,6 +36,23 @@ def in_list(values: list) -> tuple[str, list]:
     return f"IN ({', '.join(['%s'] * len(values))})", values
 
 
+def rows_by_key(table: str, alias: str, column: str, values: list, condition: str = "") -> tuple[str, list]:
+    """``(sql, params)`` to follow ``FROM``: the rows ``alias`` of ``table`` whose ``column``
+    is one of ``values`` (and that meet ``condition``, whose parameters follow).
+
+    On PostgreSQL each value is looked up in a ``LATERAL`` subquery of its own, so that the
+    plan is a probe of the key's index even when it was made while the table was small,
+    where ``= ANY(values)`` reads the whole table for as long as the plan is kept (D87).
+    (``OFFSET 0`` keeps the planner from flattening the subquery into a join, which it
+    may then plan as that same whole-table read.) The rows come in no particular order."""
+    extra = f" AND {condition}" if condition else ""
+    if connection.vendor == "postgresql":
+        lookup = f"SELECT * FROM {table} {alias} WHERE {alias}.{column} = k.key{extra} OFFSET 0"
+        return f"unnest(%s::text[]) AS k(key) CROSS JOIN LATERAL ({lookup}) AS {alias}", [values]
+    where, params = in_list(values)
+    return f"{table} {alias} WHERE {alias}.{column} {where}{extra}", params
+
+
 @dataclass(frozen=True)
 class _InsertShape:
     """The text of an ``INSERT`` of some fields of a model, built once per shape."""

@@ -1566,6 +1566,36 @@ def test_a_claim_and_a_group_commit_read_rows_by_key_in_plans_made_while_the_tab
     assert "Seq Scan" not in result, result
 
 
+@pytest.mark.postgres_only
+def test_the_reads_a_workflow_run_and_a_waiting_client_repeat_find_rows_by_key_in_plans_made_while_small():
+    """D87, for the reads repeated at every workflow step and every wake-up of a waiting
+    client: a run's history, its join sets' responses with their children's results, and
+    the results of the executions a client waits for. Planned against never-analyzed copies
+    of tables with a few dozen executions, as such a connection first prepares them, none
+    reads a whole table (each did: the log, the responses and the state table)."""
+    from executions.events import HistoryEventRecord
+    from executions.sql import rows_by_key
+    from executions.store import reads
+
+    ids = [lock(create(FFQN, [n])).execution_id for n in range(40)][:3]
+    history, history_params = rows_by_key("t_execution_log", "l", "execution_id", ids, "l.variant = %s")
+    responses, responses_params = rows_by_key("t_join_set_response", "r", "execution_id", ids, "r.seq > %s")
+    progress, progress_params = rows_by_key("t_state", "s", "execution_id", ids)
+    with _never_analyzed_copies("t_state", "t_execution_log", "t_join_set_response"):
+        plans = [
+            _generic_plan(
+                f"SELECT {reads._EVENT_COLUMNS_L} FROM {history} ORDER BY l.execution_id, l.version",
+                [*history_params, HistoryEventRecord.VARIANT],
+            ),
+            _generic_plan(
+                reads._RESPONSES_SQL.format(columns=reads._RESPONSE_COLUMNS, source=responses), [*responses_params, 0]
+            ),
+            _generic_plan(reads._PROGRESS_SQL.format(source=progress), progress_params),
+        ]
+    for plan in plans:
+        assert "Seq Scan" not in plan, plan
+
+
 @contextlib.contextmanager
 def _never_analyzed_copies(*tables: str):
     """Temporary copies of ``tables``, with their rows, indexes and constraints, which

@@ -28,7 +28,7 @@ from executions.models import (
     JoinSetResponse,
     LogEntry,
 )
-from executions.sql import in_list
+from executions.sql import rows_by_key
 from executions.store.common import (
     STATE_COLUMNS,
     _eid,
@@ -217,24 +217,23 @@ def responses_after(execution_id: str, after_seq: int) -> list[Response]:
 def _histories(execution_ids: list[str]) -> dict[str, list[EventRecord]]:
     """The history events of workflows, in order: what a run replays (one fixed query)."""
     out: dict[str, list[EventRecord]] = defaultdict(list)
-    where, params = in_list(execution_ids)
-    sql = (
-        f"SELECT {_EVENT_COLUMNS} FROM t_execution_log WHERE execution_id {where} AND variant = %s"
-        " ORDER BY execution_id, version"
-    )
+    source, params = rows_by_key("t_execution_log", "l", "execution_id", execution_ids, "l.variant = %s")
+    sql = f"SELECT {_EVENT_COLUMNS_L} FROM {source} ORDER BY l.execution_id, l.version"
     for row in load_rows(ExecutionEvent, sql, [*params, HistoryEventRecord.VARIANT]):
         out[row.execution_id].append(_record(row.version, row.created_at, row.json_value))
     return out
 
 
-_EVENT_COLUMNS = columns_of(ExecutionEvent)
+_EVENT_COLUMNS_L = columns_of(ExecutionEvent, "l")
 _RESPONSE_COLUMNS = columns_of(JoinSetResponse, "r")
+# Each child's result in a subquery of its own: read by the log's key whatever the plan
+# was made from (D87).
 _RESPONSES_SQL = """
-SELECT {columns}, f.json_value AS child_finished
-FROM t_join_set_response r
-LEFT JOIN t_execution_log f
-    ON f.execution_id = r.child_execution_id AND f.version = r.finished_version AND f.variant = 'finished'
-WHERE r.execution_id {where} AND r.seq > %s
+SELECT {columns}, (
+    SELECT f.json_value FROM t_execution_log f
+    WHERE f.execution_id = r.child_execution_id AND f.version = r.finished_version AND f.variant = 'finished'
+) AS child_finished
+FROM {source}
 ORDER BY r.execution_id, r.seq
 """
 
@@ -244,8 +243,8 @@ def _responses_of(
 ) -> dict[str, list[Response]]:
     """Responses with their children's results, in one query (a waiting run asks at every
     wake-up: no ORM query to build)."""
-    where, params = in_list(execution_ids)
-    sql = _RESPONSES_SQL.format(columns=_RESPONSE_COLUMNS, where=where)
+    source, params = rows_by_key("t_join_set_response", "r", "execution_id", execution_ids, "r.seq > %s")
+    sql = _RESPONSES_SQL.format(columns=_RESPONSE_COLUMNS, source=source)
     params.append(after_seq)
     if limit is not None:
         sql += " LIMIT %s"
@@ -306,9 +305,9 @@ def _progress(execution_ids: list[str]) -> dict[str, RetVal | None]:
     out = {}
     for start in range(0, len(execution_ids), 500):
         chunk = execution_ids[start : start + 500]
-        where, params = in_list(chunk)
+        source, params = rows_by_key("t_state", "s", "execution_id", chunk)
         with connection.cursor() as cursor:
-            cursor.execute(_PROGRESS_SQL.format(where=where), params)
+            cursor.execute(_PROGRESS_SQL.format(source=source), params)
             for execution_id, json_value in cursor.fetchall():
                 out[execution_id] = (
                     retval_from_json(_json(json_value)[Finished.VARIANT]["retval"]) if json_value else None
@@ -316,12 +315,14 @@ def _progress(execution_ids: list[str]) -> dict[str, RetVal | None]:
     return out
 
 
+# The result in a subquery of its own: read by the log's key whatever the plan was made
+# from (D87).
 _PROGRESS_SQL = """
-SELECT s.execution_id, f.json_value
-FROM t_state s
-LEFT JOIN t_execution_log f
-    ON s.state = 'finished' AND f.execution_id = s.execution_id AND f.version = s.corresponding_version
-WHERE s.execution_id {where}
+SELECT s.execution_id, CASE WHEN s.state = 'finished' THEN (
+    SELECT f.json_value FROM t_execution_log f
+    WHERE f.execution_id = s.execution_id AND f.version = s.corresponding_version
+) END
+FROM {source}
 """
 
 
