@@ -18,8 +18,8 @@ DEFAULTS = {
     "HAND_BACK_AFTER": timedelta(milliseconds=200),
     # A worker told of new activities while it ran its last batch (work streams in faster
     # than it claims) waits this long before it claims again, so that the stream is claimed
-    # a few at a time, not one claim per execution (D86). Zero: it claims at once.
-    "CLAIM_COALESCE": timedelta(milliseconds=2),
+    # a few at a time, not one claim per execution (D86, D89). Zero: it claims at once.
+    "CLAIM_COALESCE": timedelta(milliseconds=10),
     # A stopping worker lets a running execution finish this long, then hands it back.
     "SHUTDOWN_GRACE": timedelta(seconds=20),
     # After a database outage the sweep leaves expired locks alone this long, so live

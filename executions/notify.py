@@ -45,6 +45,9 @@ TIMER = "obelisk_timer"
 SCHEDULED = "obelisk_scheduled"
 CHANNELS = (PENDING, FINISHED, RESPONSE, CANCEL, TIMER, SCHEDULED)
 _MAX_PAYLOAD = 7900
+# ``application_name`` of a process's LISTEN session, followed by its process id: an operator
+# sees in ``pg_stat_activity`` which processes listen (a cluster: its pusher and sweep, D88).
+LISTEN_APPLICATION = "obelisk-listen"
 logger = logging.getLogger("obelisk.notify")
 
 
@@ -253,7 +256,9 @@ class _Hub:
         outage = Outage(logger, "LISTEN connection")
         while self._current(pid, generation):
             try:
-                conn = psycopg.connect(autocommit=True, connect_timeout=5, **self._params)
+                conn = psycopg.connect(
+                    autocommit=True, connect_timeout=5, application_name=f"{LISTEN_APPLICATION} {pid}", **self._params
+                )
                 for channel in sorted(channels):
                     conn.execute(f"LISTEN {channel}")
                 ready.set()
@@ -314,11 +319,16 @@ class Listener:
     Use as a context manager; subscribe *before* checking the tables, then check, then wait:
     a commit after the check always wakes the wait. Without LISTEN (SQLite), ``wait``
     returns after the poll interval at the latest, so the caller re-checks the tables.
+
+    ``on_arrival``: instead of keeping what arrives for ``wait``, pass it to this function
+    at once, in the thread that delivers it (the listening thread, or the committing one
+    for a commit of this process); it must be quick and must not raise.
     """
 
-    def __init__(self, channels: tuple[str, ...] | list[str], using: str = "default"):
+    def __init__(self, channels: tuple[str, ...] | list[str], using: str = "default", on_arrival=None):
         self.channels = frozenset(channels)
         self.using = using
+        self._on_arrival = on_arrival
         self._cond = threading.Condition()
         self._received: list[Notification] = []
         self._postgres = is_postgres(using)
@@ -339,7 +349,9 @@ class Listener:
             for channel, payload in messages
             if channel in self.channels
         ]
-        if mine:
+        if mine and self._on_arrival is not None:
+            self._on_arrival(mine)
+        elif mine:
             with self._cond:
                 self._received.extend(mine)
                 self._cond.notify_all()

@@ -220,6 +220,55 @@ def test_lingering_workers_woken_together_claim_once_and_still_take_what_comes_a
         lingering._count = lingering._claim_started = lingering._covered_since = None
 
 
+def test_a_doorbell_rung_in_another_process_wakes_a_waiting_executor_and_says_what_came():
+    """D88: the cluster's pusher rings, a worker process waits: the wait returns for the
+    ring (while the ringing process still lives, so not for its timeout), says which kind
+    of work was announced, and takes it, so the next look finds nothing new."""
+    import multiprocessing
+
+    from workers.doorbell import Announcements, Doorbell
+
+    doorbell = Doorbell()
+    announcements = Announcements(doorbell)
+    rung = multiprocessing.get_context("fork").Event()
+
+    def pusher():
+        doorbell.ring(activities=True, workflows=False)
+        rung.set()
+        time.sleep(60)  # a safety limit: the waiter must return before this ends
+
+    process = multiprocessing.get_context("fork").Process(target=pusher, daemon=True)
+    process.start()
+    try:
+        assert rung.wait(30)
+        assert announcements.wait(120) == (True, False)
+        assert process.is_alive()  # woken by the ring, not by the end of the wait
+        assert announcements.peek() == (False, False)
+        doorbell.ring(activities=False, workflows=True)
+        assert announcements.take(workflows=False) == (False, False)  # workflows left unseen
+        assert announcements.peek() == (False, True)
+    finally:
+        process.kill()
+        process.join()
+
+
+def test_a_nudge_just_before_an_executor_waits_is_not_lost():
+    """D88, D65: children handed over from a workflow run's thread wake the executor's wait
+    even when the nudge comes before the wait begins; it reports nothing announced."""
+    from workers.doorbell import Announcements, Doorbell
+
+    announcements = Announcements(Doorbell())
+    announcements.nudge()
+    expired = threading.Event()
+    timer = threading.Timer(60, expired.set)  # a safety limit, far above any wake-up
+    timer.start()
+    try:
+        assert announcements.wait(120) == (False, False)
+        assert not expired.is_set(), "the wait ended with its timeout: the nudge was lost"
+    finally:
+        timer.cancel()
+
+
 def _as_if_another_worker_runs_a_batch_until(until: float) -> None:
     """The shared values as another worker process sets them when it starts a short batch
     (``lingering.batch_started``), without counting this process as that worker."""
@@ -404,9 +453,9 @@ def test_the_notification_of_work_a_claim_already_took_does_not_read_as_a_stream
         executor.claim_and_run(budget=0.2, linger=0.1)  # it listens from here on
         taken = create(SERVED)
         deadline = time.monotonic() + 30  # a safety limit
-        while not executor._listener.waiting() and time.monotonic() < deadline:
+        while not executor._announcements.peek()[0] and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert executor._listener.waiting(), "the notification never arrived"
+        assert executor._announcements.peek()[0], "the notification never arrived"
         executor.claim_and_run(budget=5, linger=0.2)  # its first claim takes ``taken``
     assert store.get_state(taken).state == "finished"
     assert executor.stats.coalesced == 0

@@ -290,6 +290,32 @@ def test_what_an_activity_prints_and_logs_is_stored_with_its_run(cluster):
     assert [e.payload for e in logs if e.stream == "stdout"] == [b"printing 7\n"]
 
 
+@pytest.mark.postgres_only
+def test_a_cluster_listens_once_not_in_each_worker_process(cluster, tmp_path):
+    """D88: every NOTIFY signals every listening session of the database, so a cluster
+    listens in one session (its pusher, which rings the workers' doorbell) and the sweep's;
+    a worker process that ran executions holds no LISTEN session of its own."""
+    from django.db import connection
+
+    from executions import notify
+
+    path = tmp_path / "record.txt"
+    ids = [submit("test:acts/basic.record", [str(path)])[0] for _ in range(40)]
+    assert set(store.wait_for_finished(ids, timeout=WAIT)) == set(ids)
+    workers = {int(pid) for _, pid in (line.split() for line in path.read_text().splitlines())}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name LIKE %s",
+            [f"{notify.LISTEN_APPLICATION} %"],
+        )
+        listening = {int(name.rsplit(" ", 1)[1]) for (name,) in cursor.fetchall()}
+    in_cluster = {pid for pid in listening if cluster.is_member(pid)}
+    assert in_cluster, f"no session of the cluster listens: {listening}"
+    assert workers and not workers & in_cluster, (workers, in_cluster)
+    assert len(in_cluster) <= 2, in_cluster  # the pusher and the sweep
+
+
 def test_cancel_pending_activity(cluster):
     execution_id, _ = submit("test:acts/basic.add", [1, 1], scheduled_at=timezone.now() + timedelta(seconds=60))
 

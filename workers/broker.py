@@ -10,6 +10,9 @@ tables instead of a task queue:
   whichever comes first), then hands out a *claim task*: ``workers.tasks.claim_and_run``.
   The worker that runs it claims a batch itself (``SKIP LOCKED``), so nothing sits locked
   in a queue, and django-q2's ORM queue is never on the path of an execution;
+- its LISTEN session is the cluster's only one: the pusher rings the doorbell the lingering
+  workers wait on (``workers.doorbell``, D88), so a submission signals one session of the
+  cluster, not one per worker;
 - claim tasks are spaced at least ``MIN_CLAIM_SPACING`` apart, because one claim task
   drains everything due; more would only cost django-q2's ~1 ms per task;
 - a database outage never escapes ``dequeue()``: it backs off (at most 1 s) and logs one
@@ -31,7 +34,7 @@ from django_q.signing import SignedPackage
 
 from executions import notify, store
 from executions.outage import DATABASE_ERRORS, Outage
-from workers import lingering
+from workers import doorbell, lingering
 from workers.shutdown import ignore_sigterm
 
 logger = logging.getLogger("obelisk.broker")
@@ -55,6 +58,7 @@ class ExecutionBroker(ORM):
 
     def _reset(self) -> None:
         self._listener: notify.Listener | None = None
+        self._relay: notify.Listener | None = None  # rings the cluster's doorbell (D88)
         self._outage = Outage(logger, "broker")
         self._stat_outage = Outage(logger, "cluster statistics")
         self._served: frozenset[str] = frozenset()
@@ -130,7 +134,11 @@ class ExecutionBroker(ORM):
             return
         from workers.registry import load_components
 
-        self._served = frozenset(load_components())
+        functions = load_components()
+        self._served = frozenset(functions)
+        if (cluster := doorbell.of_cluster()) is not None:
+            workflows = frozenset(f for f, spec in functions.items() if spec.component_type == "workflow")
+            self._relay = cluster.relay(self._served - workflows, workflows)
         self._listener = notify.Listener([notify.PENDING, notify.TIMER, notify.SCHEDULED])
         logger.info("broker serving %d function(s): %s", len(self._served), ", ".join(sorted(self._served)))
 

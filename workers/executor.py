@@ -28,7 +28,7 @@ from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
-from workers import heartbeat, lingering, shutdown, telemetry
+from workers import doorbell, heartbeat, lingering, shutdown, telemetry
 from workers.registry import ActivityFunction
 from workers.runner import Watchdog, renew_before_start, run_activity
 from workers.workflow_runner import WorkflowPool
@@ -90,7 +90,7 @@ class ActivityExecutor:
         self.stats = ExecutorStats()
         self._unflushed: list[store.AppendItem] = []
         self._flush_lock = threading.Lock()  # the watchdog flushes during slow runs
-        self._listener: notify.Listener | None = None
+        self._announcements: doorbell.Announcements | None = None  # subscribed on first use
         self._activity_seconds = 0.0
         self._batch_seconds = float("inf")  # the last batch's run and write: none yet (D58)
         self._unstarted: list[store.LockedExecution] = []
@@ -122,12 +122,12 @@ class ActivityExecutor:
         done = 0
         due = _Due(activities=True, workflows=True)  # nothing known yet: look for both
         try:
-            if self._listener is None:
-                self._listener = notify.Listener([notify.PENDING])
-            # This task's first claim looks without being woken, and takes what was
-            # announced to the listener since the last task: left there, it would read as
-            # work that came during the first batch (D86).
-            self._listener.discard(notify.PENDING, self.terms.keys())
+            if self._announcements is None:
+                self._announcements = self._subscribe()
+            # This task's first claim looks without being woken, and takes the activities
+            # announced since the last task: left unseen, they would read as work that came
+            # during the first batch (D86).
+            self._announcements.take(workflows=False)
             self._accept_children(True)
             while time.monotonic() < deadline and not shutdown.stopping():
                 limit = self.batch_size
@@ -214,16 +214,23 @@ class ActivityExecutor:
 
     def _workflow_announced(self) -> bool:
         """Whether a served workflow came due while this executor's activities kept it
-        busy: the notifications that arrived meanwhile, read without waiting (without
-        LISTEN, on SQLite, one may always have). Otherwise a workflow made pending by a
-        response, whose next run an Interrupt workflow needs, waited for the whole activity
-        backlog to drain. Notifications of activities it reads are not lost: a full batch
-        claims again anyway."""
+        busy: the announcements made meanwhile, taken without waiting (without LISTEN, on
+        SQLite, one may always have). Otherwise a workflow made pending by a response,
+        whose next run an Interrupt workflow needs, waited for the whole activity backlog
+        to drain. Announcements of activities it takes are not lost: a full batch claims
+        again anyway."""
         if not self.workflow_terms:
             return False
         if not notify.is_postgres():
             return True
-        return bool(_announced(self._listener.wait(0)) & self.workflow_terms.keys())
+        return self._announcements.take()[1]
+
+    def _subscribe(self) -> doorbell.Announcements:
+        """Announcements from the cluster's doorbell, rung by its one LISTEN (D88); outside
+        a cluster, from a LISTEN of this process."""
+        if (cluster := doorbell.of_cluster()) is not None:
+            return doorbell.Announcements(cluster)
+        return doorbell.Announcements.own(frozenset(self.terms), frozenset(self.workflow_terms))
 
     # -- Children created locked for this executor (eager dispatch, D65) ------------------
 
@@ -251,7 +258,7 @@ class ActivityExecutor:
         if locked:  # it stopped claiming, or started running activities meanwhile
             self._give_back(locked, "handed back: the executor is busy or stopped claiming")
             return
-        self._listener.post(notify.Notification(HANDED, ()))
+        self._announcements.nudge()
 
     def _begin_batch(self, claimed: list[store.LockedExecution]) -> list[store.LockedExecution]:
         """The batch to run: the children handed over so far, first, then ``claimed``. From
@@ -290,13 +297,8 @@ class ActivityExecutor:
                 return _Due(activities=False, workflows=True)
             if self._handed:
                 return _Due(activities=False, workflows=False)
-            notes = self._listener.wait(min(timeout, 0.05) if self._workflows_waiting else timeout)
-            named = _announced(notes)
-            due = _Due(
-                activities=bool(named & self.terms.keys()),
-                workflows=bool(named & self.workflow_terms.keys()),
-                woken_at=time.monotonic(),
-            )
+            activities, workflows = self._announcements.wait(min(timeout, 0.05) if self._workflows_waiting else timeout)
+            due = _Due(activities=activities, workflows=workflows, woken_at=time.monotonic())
             if not notify.is_postgres():
                 return _Due(activities=True, workflows=True)
             if due.activities and not due.workflows and streaming and self.batch_size > 1:
@@ -313,16 +315,15 @@ class ActivityExecutor:
         submitting the next is not held, since its next submission can only come after
         the results were written (D86). Only when a claim may take more than one (slow
         activities are claimed one at a time, ``_adapt``). What was announced meanwhile
-        is taken from the listener (the claim covers it): left there, it would start the
-        next wait."""
+        is marked seen (the claim covers it): left unseen, it would end the next wait."""
         window = conf.get("CLAIM_COALESCE").total_seconds()
         if window <= 0:
             return due
         self.stats.coalesced += 1
         lingering.claims_within(window)
         time.sleep(window)
-        meanwhile = _announced(self._listener.wait(0))
-        return _Due(activities=True, workflows=bool(meanwhile & self.workflow_terms.keys()), woken_at=due.woken_at)
+        _, workflows = self._announcements.take()
+        return _Due(activities=True, workflows=workflows, woken_at=due.woken_at)
 
     def run_batch(self, batch: list[store.LockedExecution]) -> None:
         """Run a claimed batch one after another; results go out in group commits. What
@@ -349,8 +350,7 @@ class ActivityExecutor:
                 self._running = False  # children handed over during the last write run next
         # Before the results go out: nothing announced by now can be a caller's reaction
         # to them, so it streams in regardless of this worker's pace (D86).
-        waiting = self._listener.waiting() if self._listener is not None else []
-        self._told_while_running = bool(_announced(waiting) & self.terms.keys())
+        self._told_while_running = self._announcements is not None and self._announcements.peek()[0]
         self._flush()
 
     def _next_unstarted(self) -> store.LockedExecution | None:
@@ -499,15 +499,6 @@ class ActivityExecutor:
         per_item = activity_seconds / size
         wanted = self.max_batch if per_item <= 0 else int(self.target_batch_seconds / per_item)
         self.batch_size = max(1, min(self.max_batch, wanted, self.batch_size * 2))
-
-
-# A wake-up within the process (never sent through the database): children were handed over.
-HANDED = "obelisk_handed"
-
-
-def _announced(notes: list[notify.Notification]) -> set[str]:
-    """The functions that ``obelisk_pending`` notifications say have work due."""
-    return {ffqn for note in notes if note.channel == notify.PENDING for ffqn in note.items}
 
 
 def _is_result(item: store.AppendItem) -> bool:

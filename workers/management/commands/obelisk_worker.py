@@ -22,7 +22,7 @@ class Command(BaseCommand):
         from django_q.conf import Conf
 
         from deployments.registration import ensure_code_deployment
-        from workers import heartbeat, lingering, shutdown, telemetry
+        from workers import doorbell, heartbeat, lingering, shutdown, telemetry
         from workers.registry import load_components
         from workers.sweeper import SweeperThread
 
@@ -38,6 +38,7 @@ class Command(BaseCommand):
         self.stdout.flush()
         shutdown.prepare_cluster()
         lingering.prepare_cluster()
+        doorbell.prepare_cluster()
         heartbeat.prepare_cluster()
         connections.close_all()  # the cluster's processes are forked: they must not share it
         cluster = Cluster(get_broker())
