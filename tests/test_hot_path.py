@@ -252,6 +252,45 @@ def test_a_doorbell_rung_in_another_process_wakes_a_waiting_executor_and_says_wh
         process.join()
 
 
+def test_a_worker_killed_while_it_waits_on_the_doorbell_never_blocks_the_ring_or_the_others():
+    """D88: a worker process may be killed at any moment, also while it waits for work. The
+    pusher's next ring must neither block on it nor fail to wake the live workers (a
+    ``multiprocessing.Condition`` waits in ``notify`` for every sleeper to wake, and a
+    dead one never does: the ring, and then the whole cluster, hung)."""
+    import multiprocessing
+    import os
+    import signal
+
+    from workers.doorbell import Announcements, Doorbell
+
+    doorbell = Doorbell(slots=2)
+    context = multiprocessing.get_context("fork")
+    waiting = context.Event()
+
+    def doomed_worker():
+        announcements = Announcements(doorbell)
+        waiting.set()
+        announcements.wait(600)
+
+    doomed = context.Process(target=doomed_worker, daemon=True)
+    doomed.start()
+    assert waiting.wait(30)
+    time.sleep(0.2)  # let it enter the wait (a kill before it would test less, not fail)
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.join(30)
+
+    survivor = Announcements(doorbell)
+    woken = []
+    listener = threading.Thread(target=lambda: woken.append(survivor.wait(120)), daemon=True)
+    listener.start()
+    ringer = threading.Thread(target=doorbell.ring, args=(True, False), daemon=True)
+    ringer.start()
+    ringer.join(30)  # a safety limit
+    assert not ringer.is_alive(), "the ring blocked on the killed worker"
+    listener.join(60)  # a safety limit, below the wait's own timeout
+    assert woken == [(True, False)]
+
+
 def test_a_nudge_just_before_an_executor_waits_is_not_lost():
     """D88, D65: children handed over from a workflow run's thread wake the executor's wait
     even when the nudge comes before the wait begins; it reports nothing announced."""

@@ -228,9 +228,7 @@ class ActivityExecutor:
     def _subscribe(self) -> doorbell.Announcements:
         """Announcements from the cluster's doorbell, rung by its one LISTEN (D88); outside
         a cluster, from a LISTEN of this process."""
-        if (cluster := doorbell.of_cluster()) is not None:
-            return doorbell.Announcements(cluster)
-        return doorbell.Announcements.own(frozenset(self.terms), frozenset(self.workflow_terms))
+        return doorbell.Announcements.subscribe(frozenset(self.terms), frozenset(self.workflow_terms))
 
     # -- Children created locked for this executor (eager dispatch, D65) ------------------
 

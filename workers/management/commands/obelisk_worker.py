@@ -38,7 +38,7 @@ class Command(BaseCommand):
         self.stdout.flush()
         shutdown.prepare_cluster()
         lingering.prepare_cluster()
-        doorbell.prepare_cluster()
+        doorbell.prepare_cluster(Conf.WORKERS)
         heartbeat.prepare_cluster()
         connections.close_all()  # the cluster's processes are forked: they must not share it
         cluster = Cluster(get_broker())
