@@ -10,9 +10,9 @@ tables instead of a task queue:
   whichever comes first), then hands out a *claim task*: ``workers.tasks.claim_and_run``.
   The worker that runs it claims a batch itself (``SKIP LOCKED``), so nothing sits locked
   in a queue, and django-q2's ORM queue is never on the path of an execution;
-- its LISTEN session is the cluster's only one: the pusher rings the doorbell the lingering
-  workers wait on (``workers.doorbell``, D88), so a submission signals one session of the
-  cluster, not one per worker;
+- its LISTEN session serves the cluster's workers too: the pusher rings the doorbell the
+  lingering workers wait on (``workers.doorbell``, D88), so a submission signals one
+  session for them, not one per worker (the sweep keeps its own);
 - claim tasks are spaced at least ``MIN_CLAIM_SPACING`` apart, because one claim task
   drains everything due; more would only cost django-q2's ~1 ms per task;
 - a database outage never escapes ``dequeue()``: it backs off (at most 1 s) and logs one

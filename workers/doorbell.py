@@ -8,7 +8,7 @@ and the server a signal per worker, although only one worker claims it.
 So a cluster listens once. Its pusher, which listens on ``obelisk_pending`` anyway
 (``workers.broker``), rings a ``Doorbell`` in shared memory for every announcement of a
 function the cluster serves: one counter for activities, one for workflows, and a
-condition the waiting workers sleep on. Each executor keeps the counts it has seen
+semaphore for each waiting worker. Each executor keeps the counts it has seen
 (``Announcements``); a higher count means "look again", as a notification does
 (``executions.notify``). A worker busy with a batch is not woken at all: it reads the
 counts when its batch ends.
@@ -19,8 +19,8 @@ every sleeper to wake: a worker killed while it waited hung the ring, and then t
 cluster. A slot whose process died is taken over by the next process that needs one.
 
 Outside a cluster (an executor in a test or a script) the executor's process rings a
-doorbell of its own from its own LISTEN (``Announcements.own``), so there is one way to
-wait. A ring lost with a dying pusher costs latency, never an execution: the worker's
+doorbell of its own from its own LISTEN (``Announcements.subscribe``), so there is one way
+to wait. A ring lost with a dying pusher costs latency, never an execution: the worker's
 linger ends, and the broker hands out a claim task while work is still due.
 """
 
