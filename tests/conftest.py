@@ -22,13 +22,21 @@ def on_postgres():
 @pytest.fixture(scope="session", autouse=True)
 def _close_listen_connection(django_db_setup, django_db_blocker):
     """The LISTEN connection, and the connections idle workflow threads keep (D73), must be
-    gone before pytest-django drops the test database."""
+    gone before pytest-django drops the test database; so must those of the watchdog threads
+    of executors the tests made (a watchdog that renewed a lock keeps its thread's
+    connection, and lives as long as the process): their sessions are ended."""
     yield
     from executions import notify
     from workers.workflow_runner import retire_idle_threads
 
     notify.stop_listening()
     retire_idle_threads()
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
 
 @pytest.fixture(scope="session")
