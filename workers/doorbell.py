@@ -56,8 +56,8 @@ class Doorbell:
             self._counts[0] += activities
             self._counts[1] += workflows
         for slot, owner in enumerate(self._owners):
-            if owner and self._bells[slot].get_value() == 0:
-                self._bells[slot].release()
+            if owner:
+                self.nudge(slot)
 
     def counts(self) -> tuple[int, int]:
         return self._counts[0], self._counts[1]
@@ -82,6 +82,7 @@ class Doorbell:
         self._bells[slot].acquire(timeout=timeout)
 
     def nudge(self, slot: int) -> None:
+        """Release the slot's semaphore, unless a permit already waits in it."""
         if self._bells[slot].get_value() == 0:
             self._bells[slot].release()
 
@@ -91,8 +92,9 @@ class Doorbell:
 
         def ring_if_served(notes: list[notify.Notification]) -> None:
             named = {ffqn for note in notes if note.channel == notify.PENDING for ffqn in note.items}
-            if named & activities or named & workflows:
-                self.ring(bool(named & activities), bool(named & workflows))
+            served = bool(named & activities), bool(named & workflows)
+            if any(served):
+                self.ring(*served)
 
         return notify.Listener([notify.PENDING], on_arrival=ring_if_served)
 

@@ -123,7 +123,11 @@ class ActivityExecutor:
         due = _Due(activities=True, workflows=True)  # nothing known yet: look for both
         try:
             if self._announcements is None:
-                self._announcements = self._subscribe()
+                # The cluster's doorbell, rung by its pusher's LISTEN (D88); outside a
+                # cluster, one rung from a LISTEN of this process.
+                self._announcements = doorbell.Announcements.subscribe(
+                    frozenset(self.terms), frozenset(self.workflow_terms)
+                )
             # This task's first claim looks without being woken, and takes the activities
             # announced since the last task: left unseen, they would read as work that came
             # during the first batch (D86).
@@ -224,11 +228,6 @@ class ActivityExecutor:
         if not notify.is_postgres():
             return True
         return self._announcements.take()[1]
-
-    def _subscribe(self) -> doorbell.Announcements:
-        """Announcements from the cluster's doorbell, rung by its one LISTEN (D88); outside
-        a cluster, from a LISTEN of this process."""
-        return doorbell.Announcements.subscribe(frozenset(self.terms), frozenset(self.workflow_terms))
 
     # -- Children created locked for this executor (eager dispatch, D65) ------------------
 

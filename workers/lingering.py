@@ -2,14 +2,15 @@
 
 A worker that has just run something waits briefly for more (``ActivityExecutor.
 claim_and_run``) and is woken by the cluster's doorbell (``workers.doorbell``), so it claims
-new work itself. The broker, which rings it for that notification, then holds its claim task back for ``ExecutionBroker.REEMIT_AFTER``:
-a claim task on top would only have a second worker race the lingering one for the same
-row (measured: with 2 workers, one-at-a-time submission got slower than with 1). If the
-work is still due after that, the claim task goes out, so a worker that died while counted
-costs that delay, never an execution.
+new work itself. The broker, whose pusher rings that doorbell for the notification, then
+holds its claim task back for ``ExecutionBroker.REEMIT_AFTER``: a claim task on top would
+only have a second worker race the lingering one for the same row (measured: with 2
+workers, one-at-a-time submission got slower than with 1). If the work is still due after
+that, the claim task goes out, so a worker that died while counted costs that delay, never
+an execution.
 
-The lingering workers themselves are all woken by the same ring. The first to
-claim takes the new execution; the others' claims would find nothing and cost a
+The lingering workers themselves are all woken by the same ring. The first to claim takes
+the new execution; the others' claims would find nothing and cost a
 transaction each. So each claim of activities records when it started, and one that was
 not full records that it took everything then due (``covered``): a worker woken before such
 a claim started skips its own (D57). A claim that another worker has started but not
