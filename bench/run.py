@@ -16,7 +16,8 @@ With a no-op activity it measures:
 
 Baselines, same run, same server:
 
-- ``pgbench`` with a one-row insert transaction, 1 and 2 clients (tx/s, p50 / p99);
+- ``pgbench`` with a one-row insert transaction, 1 and 2 clients (tx/s, p50 / p99), and with
+  1 client and ``synchronous_commit = off`` (how much of it is the wait for the flush);
 - q2claim (/work/shared/baselines/q2claim/run.sh, run as a subprocess with its own database
   ``q2claim_baseline``): design A, a django-q2 cluster of 2 workers claiming batches with
   ``FOR UPDATE SKIP LOCKED``, woken by LISTEN/NOTIFY, on a one-table toy; design B, the same
@@ -182,7 +183,10 @@ def load_average() -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def pgbench(url: str, clients: int, seconds: int) -> dict:
+def pgbench(url: str, clients: int, seconds: int, *, flush: bool = True) -> dict:
+    """pgbench's one-row insert; ``flush=False`` runs it with ``synchronous_commit = off``,
+    which shows how much of the baseline is the wait for its commit's flush to disk (that
+    wait swings on a VM, and the engine's one-at-a-time stream is bound by CPU instead)."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -196,6 +200,7 @@ def pgbench(url: str, clients: int, seconds: int) -> dict:
              "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-f", str(script),
              "--log", f"--log-prefix={tmp}/log", parts.path.lstrip("/")],
             capture_output=True, text=True, check=True,
+            env={**os.environ, "PGOPTIONS": f"-c synchronous_commit={'on' if flush else 'off'}"},
         )  # fmt: skip
         tps = next(float(line.split("=")[1].split()[0]) for line in out.stdout.splitlines() if line.startswith("tps"))
         latencies = []
@@ -544,6 +549,8 @@ def measure_once(args, run: int) -> dict:
         note(f"run {run}: pgbench, {clients} client(s)")
         result = pgbench(url, clients, args.pgbench_seconds)
         fig.update({f"pgbench{clients}_{key}": value for key, value in result.items()})
+    note(f"run {run}: pgbench, 1 client, synchronous_commit off")
+    fig["pgbench1_noflush_tps"] = pgbench(url, 1, args.pgbench_seconds, flush=False)["tps"]
     designs = {}
     if Q2CLAIM.exists():
         note(f"run {run}: q2claim (designs A and B)")
@@ -644,6 +651,7 @@ def table(runs: list[dict], args) -> list[list[str]]:
     row("", "ms", baseline="design B p50", base_key="B_p50", base_spec=".2f")
     row("", "ms", baseline="design B p99", base_key="B_p99", base_spec=".2f")
     row("", "tx/s", baseline="pgbench, 2 clients", base_key="pgbench2_tps")
+    row("", "tx/s", baseline="pgbench, 1 client, no flush", base_key="pgbench1_noflush_tps")
     row("", "ms", baseline="pgbench, 1 client p50", base_key="pgbench1_p50", base_spec=".2f")
     return rows
 
@@ -685,7 +693,7 @@ def print_table(runs: list[dict], args, host: str) -> None:
         "log, 3 events each; CPU per execution: machine = non-idle time of all CPUs (/proc/stat), cluster = "
         "utime+stime of its processes; RSS counts shared pages in each process; one at a time: first submit -> "
         "last result; submit -> result: back to back; design A / B: q2claim, 2 workers / processes, jobs visible "
-        "-> last finished, mean of 2 reps; ratio = engine / baseline of the same run; verdict on the median)"
+        "-> last finished, mean of 2 reps; pgbench no flush: synchronous_commit = off; ratio = engine / baseline of the same run; verdict on the median)"
     )
     print(textwrap.fill(legend, width=len(line(header)), break_on_hyphens=False))
 
