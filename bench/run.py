@@ -693,7 +693,8 @@ def print_table(runs: list[dict], args, host: str) -> None:
         "log, 3 events each; CPU per execution: machine = non-idle time of all CPUs (/proc/stat), cluster = "
         "utime+stime of its processes; RSS counts shared pages in each process; one at a time: first submit -> "
         "last result; submit -> result: back to back; design A / B: q2claim, 2 workers / processes, jobs visible "
-        "-> last finished, mean of 2 reps; pgbench no flush: synchronous_commit = off; ratio = engine / baseline of the same run; verdict on the median)"
+        "-> last finished, mean of 2 reps; pgbench no flush: synchronous_commit = off; ratio = engine / baseline "
+        "of the same run; verdict on the median)"
     )
     print(textwrap.fill(legend, width=len(line(header)), break_on_hyphens=False))
 

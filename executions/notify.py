@@ -356,27 +356,6 @@ class Listener:
                 self._received.extend(mine)
                 self._cond.notify_all()
 
-    def post(self, notification: Notification) -> None:
-        """Deliver ``notification`` to this listener alone: a wake-up from within the
-        process, for something no transaction announces."""
-        with self._cond:
-            self._received.append(notification)
-            self._cond.notify_all()
-
-    def discard(self, channel: str, items) -> None:
-        """Forget what arrived on ``channel`` naming nothing but ``items``: the caller is
-        about to look at the tables for all of them, which covers every commit announced
-        so far (a notification is delivered after its commit)."""
-        with self._cond:
-            self._received = [
-                n for n in self._received if n.channel != channel or not all(item in items for item in n.items)
-            ]
-
-    def waiting(self) -> list[Notification]:
-        """What has arrived and not been taken by ``wait`` yet, left in place."""
-        with self._cond:
-            return list(self._received)
-
     def wait(self, timeout: float) -> list[Notification]:
         """Block until something arrives or ``timeout`` seconds pass; return what arrived.
 
