@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The REST API's cost over the in-process client, in one run on PostgreSQL.
 
-On a database of its own (``obelisk_bench_http``, created and dropped) with one real worker
+On a database of its own (``obelisk_bench_http_<checkout>_<pid>``, created and dropped) with one real worker
 cluster (``manage.py obelisk_worker``, the no-op activity of bench/components.py) and a real
 HTTP server (Django's threaded development server with TCP_NODELAY, one keep-alive
 connection from this client), it measures, one call at a time:

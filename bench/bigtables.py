@@ -2,7 +2,7 @@
 """Claim latency and drain throughput with a million finished executions in the tables
 (issue 13, item 3: "within 20 % of the empty-table figures").
 
-On a database of its own (``obelisk_bench_bigtables``, created and dropped), three times — on
+On a database of its own (``obelisk_bench_bigtables_<checkout>_<pid>``, created and dropped), three times — on
 fresh tables; after adding ``--rows`` (1,000,000) finished executions; and once more after
 truncating the tables, so that the machine's drift during the run shows (the full-table
 figures are compared with the mean of the two empty ones) — with one cluster of 2 worker

@@ -3,7 +3,7 @@
 executions is within 10 % of its RSS after 10,000").
 
 One cluster with one worker process (``manage.py obelisk_worker --workers 1``), on a
-database of its own (``obelisk_bench_memory``, created and dropped), drains no-op
+database of its own (``obelisk_bench_memory_<checkout>_<pid>``, created and dropped), drains no-op
 executions (bench/components.py) in chunks of ``--chunk``: each chunk is created pending in
 one transaction (``bench.run.create_pending``), then drained. After each chunk, with the
 cluster idle, it samples the resident memory (VmRSS) of the cluster's processes: the worker

@@ -18,10 +18,11 @@ Baselines, same run, same server:
 
 - ``pgbench`` with a one-row insert transaction, 1 and 2 clients (tx/s, p50 / p99), and with
   1 client and ``synchronous_commit = off`` (how much of it is the wait for the flush);
-- q2claim (/work/shared/baselines/q2claim/run.sh, run as a subprocess with its own database
-  ``q2claim_baseline``): design A, a django-q2 cluster of 2 workers claiming batches with
-  ``FOR UPDATE SKIP LOCKED``, woken by LISTEN/NOTIFY, on a one-table toy; design B, the same
-  claims from 2 plain processes without django-q2. Throughput and p50 / p99.
+- q2claim (``../shared/baselines/q2claim`` next to this repository, or ``--q2claim DIR``; its
+  run.sh's steps, run as subprocesses on a database of this run's own): design A, a
+  django-q2 cluster of 2 workers claiming batches with ``FOR UPDATE SKIP LOCKED``, woken by
+  LISTEN/NOTIFY, on a one-table toy; design B, the same claims from 2 plain processes
+  without django-q2. Throughput and p50 / p99.
 
 Ratios and the issue's targets (issue 13): drain with 2 workers ≥ 0.6 × design A; one at a
 time ≥ 0.25 × pgbench 1 client; submit → result p50 ≤ 1.3 × design A's p50; p99 ≤ 20 ms.
@@ -30,15 +31,22 @@ time ≥ 0.25 × pgbench 1 client; submit → result p50 ≤ 1.3 × design A's p
 min / median / max per cell; verdicts use the median.
 
 Usage: python bench/run.py [--database-url postgres://postgres@127.0.0.1:5432/postgres] [--runs 3]
-The benchmark creates (and drops) its own database ``obelisk_bench`` on that server.
+
+Databases (D106): the benchmark creates its own on that server, named after the checkout and
+the process (``obelisk_bench_<checkout hash>_<pid>``, and the same with ``_q2claim`` for the
+baseline's), or ``OBELISK_BENCH_DATABASE_NAME``; it never drops a database it did not
+create (one that exists already is refused), and drops its own at the end (``--keep``: not
+the engine's), so two checkouts or two runs on one server leave each other alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -50,9 +58,11 @@ from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "obelisk_bench"
+# Eight hex digits of the checkout's path: part of every database name the benchmarks make.
+CHECKOUT_TAG = hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]
 FFQN = "bench:noop/ifc.noop"
-Q2CLAIM = Path(os.environ.get("Q2CLAIM_RUN", "/work/shared/baselines/q2claim/run.sh"))
+# The q2claim baseline, next to this repository (``--q2claim`` or ``Q2CLAIM_DIR`` override it).
+Q2CLAIM_DIR = Path(os.environ.get("Q2CLAIM_DIR", ROOT.parent / "shared" / "baselines" / "q2claim"))
 
 # The issue's targets.
 DRAIN_VS_A = 0.6  # drain, 2 workers ≥ 0.6 × design A
@@ -66,13 +76,53 @@ def database_url(admin_url: str, name: str) -> str:
     return urlunparse(parts._replace(path=f"/{name}"))
 
 
-def recreate_database(admin_url: str) -> str:
+def own_database_name(base: str) -> str:
+    """A database name no other checkout or run holds: ``<base>_<checkout>_<pid>``, or
+    ``OBELISK_BENCH_DATABASE_NAME`` (D106). A fixed name, dropped and recreated WITH (FORCE)
+    by every run, killed any other run on the same server."""
+    name = os.environ.get("OBELISK_BENCH_DATABASE_NAME") or f"{base}_{CHECKOUT_TAG}_{os.getpid()}"
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,54}", name):  # + "_q2claim" (the baseline's) fits in 63
+        raise SystemExit(f"database name {name!r}: lower-case letters, digits and _, at most 55 characters")
+    return name
+
+
+BENCH_DB = own_database_name("obelisk_bench")
+_CREATED: set[str] = set()  # databases this process created: the only ones it drops
+
+
+def create_database(admin_url: str, name: str) -> str:
+    """``CREATE DATABASE name`` and its URL. Never drops first: a database of that name that
+    exists already belongs to another run (or to someone), so this run stops instead."""
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    return database_url(admin_url, BENCH_DB)
+        try:
+            conn.execute(f"CREATE DATABASE {name}")
+        except psycopg.errors.DuplicateDatabase:
+            raise SystemExit(
+                f"database {name} exists already on this server; it is not this run's, so it is left alone "
+                "(set OBELISK_BENCH_DATABASE_NAME to another name, or drop it yourself)"
+            ) from None
+    _CREATED.add(name)
+    return database_url(admin_url, name)
+
+
+def drop_own_database(admin_url: str, name: str) -> None:
+    """Drop ``name`` if, and only if, this process created it (its own clusters may still be
+    connected: WITH (FORCE))."""
+    if name not in _CREATED:
+        return
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    _CREATED.discard(name)
+
+
+def recreate_database(admin_url: str) -> str:
+    """A fresh ``BENCH_DB`` for each run of ``--runs``: the previous run's (this process's) is dropped."""
+    drop_own_database(admin_url, BENCH_DB)
+    return create_database(admin_url, BENCH_DB)
 
 
 def child_env(url: str) -> dict:
@@ -210,23 +260,57 @@ def pgbench(url: str, clients: int, seconds: int, *, flush: bool = True) -> dict
     return {"tps": tps, "p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)}
 
 
-def q2claim(admin_url: str, count: int, samples: int) -> dict:
-    """Run the q2claim baseline (its own database) and read its JSON lines.
+def q2claim(admin_url: str, count: int, samples: int, directory: Path = Q2CLAIM_DIR) -> dict:
+    """Run the q2claim baseline on a database of this run's own and read its JSON lines.
+
+    The steps of its run.sh (migrate, design A, design B), not run.sh itself: run.sh drops
+    and recreates the fixed database ``q2claim_baseline`` WITH (FORCE) and leaves it behind,
+    which killed any other run on the same server (D106). Its database here is
+    ``<BENCH_DB>_q2claim``, created for the baseline and dropped after it.
 
     Per design: ``jobs_s``, the mean over its repetitions of N ÷ (last finished − first
     created, from its table, minus the time of the one INSERT that creates the N jobs):
     from the jobs becoming visible to the last one finished, like the engine's drain; and
     ``p50`` / ``p99`` (ms) of its latency samples."""
-    with tempfile.TemporaryDirectory() as logs:
-        out = subprocess.run(
-            [str(Q2CLAIM), admin_url, str(count), str(samples)],
-            env={**os.environ, "PYTHON": sys.executable, "Q2CLAIM_LOGS": logs},
-            capture_output=True, text=True, timeout=1800,
-        )  # fmt: skip
-    if out.returncode:
-        raise SystemExit(f"{Q2CLAIM} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    name = f"{BENCH_DB}_q2claim"
+    parts = urlparse(admin_url)
+    env = {
+        **os.environ,
+        "PGHOST": parts.hostname or "127.0.0.1",
+        "PGPORT": str(parts.port or 5432),
+        "PGUSER": parts.username or "postgres",
+        "SPIKE_DB": name,
+        "SPIKE_POLL": "0.05",
+        "DJANGO_SETTINGS_MODULE": "spike.settings",
+    }
+    steps = [
+        ({}, ["manage.py", "migrate", "-v0"]),
+        ({"SPIKE_MODE": "batch", "SPIKE_BULK": "100", "SPIKE_QUEUE_LIMIT": "4", "SPIKE_RECYCLE": "1000000",
+          "SPIKE_NOTIFY": "1"}, ["bench.py", "A", "q2-batch100-notify", str(count), str(samples), "2"]),
+        ({"SPIKE_B_BATCH": "100", "SPIKE_NOTIFY": "1"},
+         ["bench.py", "B", "bare-claim-loop-batch100-notify", str(count), str(samples), "2"]),
+    ]  # fmt: skip
+    create_database(admin_url, name)
+    stdout = ""
+    try:
+        with tempfile.TemporaryDirectory() as logs:
+            for extra, argv in steps:
+                out = subprocess.run(
+                    [sys.executable, *argv], cwd=directory, env={**env, **extra, "Q2CLAIM_LOGS": logs},
+                    capture_output=True, text=True, timeout=1800,
+                )  # fmt: skip
+                if out.returncode:
+                    raise SystemExit(f"q2claim {' '.join(argv)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+                stdout += out.stdout
+    finally:
+        drop_own_database(admin_url, name)
+    return q2claim_figures(stdout)
+
+
+def q2claim_figures(stdout: str) -> dict:
+    """q2claim's JSON lines → per design ``jobs_s``, ``p50``, ``p99``."""
     designs: dict[str, dict] = {}
-    for line in out.stdout.splitlines():
+    for line in stdout.splitlines():
         if not line.startswith("{"):
             continue
         record = json.loads(line)
@@ -240,7 +324,7 @@ def q2claim(admin_url: str, count: int, samples: int) -> dict:
             design.update(p50=record["p50_ms"], p99=record["p99_ms"])
     for name in ("A", "B"):
         if name not in designs or not designs[name]["rates"] or "p50" not in designs[name]:
-            raise SystemExit(f"q2claim printed no complete figures for design {name}:\n{out.stdout}\n{out.stderr}")
+            raise SystemExit(f"q2claim printed no complete figures for design {name}:\n{stdout}")
         designs[name]["jobs_s"] = statistics.fmean(designs[name]["rates"])
     return designs
 
@@ -252,8 +336,8 @@ def q2claim(admin_url: str, count: int, samples: int) -> dict:
 
 def stop_with_the_benchmark() -> None:
     """In a cluster's process before it starts (``preexec_fn``): SIGTERM when the benchmark
-    that started it dies, so a benchmark killed midway leaves no cluster behind to claim
-    from the next run's database, which has the same name (Linux; elsewhere, nothing)."""
+    that started it dies, so a benchmark killed midway leaves no cluster behind, holding
+    connections to its database and using the machine's CPU (Linux; elsewhere, nothing)."""
     import ctypes
 
     try:
@@ -552,11 +636,11 @@ def measure_once(args, run: int) -> dict:
     note(f"run {run}: pgbench, 1 client, synchronous_commit off")
     fig["pgbench1_noflush_tps"] = pgbench(url, 1, args.pgbench_seconds, flush=False)["tps"]
     designs = {}
-    if Q2CLAIM.exists():
+    if (args.q2claim / "bench.py").exists():
         note(f"run {run}: q2claim (designs A and B)")
-        designs = q2claim(args.database_url, args.baseline_n, args.baseline_latency)
+        designs = q2claim(args.database_url, args.baseline_n, args.baseline_latency, args.q2claim)
     else:
-        note(f"run {run}: no q2claim baseline at {Q2CLAIM} (Q2CLAIM_RUN): its columns stay empty")
+        note(f"run {run}: no q2claim baseline at {args.q2claim} (--q2claim, Q2CLAIM_DIR): its columns stay empty")
     for name, design in designs.items():
         fig.update({f"{name}_jobs_s": design["jobs_s"], f"{name}_p50": design["p50"], f"{name}_p99": design["p99"]})
     for label, clusters, workers in configurations(args):
@@ -700,15 +784,14 @@ def print_table(runs: list[dict], args, host: str) -> None:
 
 
 def drop_database(admin_url: str) -> None:
-    import psycopg
+    """Drop this run's ``BENCH_DB`` (only if this process created it)."""
     from django.db import connections
 
     from executions import notify
 
     notify.stop_listening()
     connections.close_all()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+    drop_own_database(admin_url, BENCH_DB)
 
 
 def main() -> None:
@@ -730,10 +813,14 @@ def main() -> None:
     parser.add_argument("--baseline-n", type=int, default=20000, help="q2claim: jobs per throughput repetition")
     parser.add_argument("--baseline-latency", type=int, default=300, help="q2claim: latency samples")
     parser.add_argument("--runs", type=int, default=1, help="repeat everything; cells show min / median / max")
+    parser.add_argument(
+        "--q2claim", type=Path, default=Q2CLAIM_DIR, metavar="DIR",
+        help="the q2claim baseline's directory (default: ../shared/baselines/q2claim next to this repository)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database afterwards")
     args = parser.parse_args()
 
-    url = database_url(args.database_url, BENCH_DB)  # (re)created by every run
+    url = database_url(args.database_url, BENCH_DB)  # created by every run, dropped at the end
     WORKER_LOG.parent.mkdir(exist_ok=True)
     WORKER_LOG.write_text("")
     os.environ.update(child_env(url))
@@ -742,13 +829,19 @@ def main() -> None:
 
     django.setup()
 
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so this run's database is dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     runs = []
-    for run in range(1, args.runs + 1):
-        runs.append(measure_once(args, run))
-    host = urlparse(url)
-    print_table(runs, args, f"{host.hostname}:{host.port or 5432}")
-    if not args.keep:
-        drop_database(args.database_url)
+    try:
+        for run in range(1, args.runs + 1):
+            runs.append(measure_once(args, run))
+        host = urlparse(url)
+        print_table(runs, args, f"{host.hostname}:{host.port or 5432}")  # reads the server's version
+    finally:
+        if args.keep:
+            note(f"kept the benchmark database {BENCH_DB}")
+        else:
+            drop_database(args.database_url)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Scale-out: drain throughput against worker processes and clusters (issue 13, item 4).
 
-On a database of its own (``obelisk_bench_scaling``, created and dropped), for each
+On a database of its own (``obelisk_bench_scaling_<checkout>_<pid>``, created and dropped), for each
 configuration C×W of ``--configs`` (C clusters of W worker processes, all on this machine
 and one PostgreSQL; default 1, 2, 4 and 8 processes as 1, 2 or 4 clusters) it starts the
 clusters, warms them up, drains ``--drain`` (20,000) pending no-op executions committed at

@@ -1,7 +1,8 @@
 """What bench/memory.py, bench/bigtables.py and bench/scaling.py share.
 
 - ``own_database``: a benchmark database of the script's own (created, migrated, Django set
-  up on it; dropped afterwards, also on error);
+  up on it; dropped afterwards, also on error), named after the checkout and the process
+  (``bench.run.own_database_name``, D106) so that no other run's is touched;
 - ``running``: worker clusters (``bench.run.Clusters``) that are stopped whatever happens;
 - ``drain``: like bench/run.py's (its ``wait_drained`` asks "unfinished" through the partial
   indexes of pending and locked rows, so the poll costs the same on a table of a million
@@ -25,11 +26,13 @@ from bench.run import (
     Clusters,
     child_env,
     cpu_seconds,
+    create_database,
     create_pending,
-    database_url,
     drain_seconds,
+    drop_own_database,
     load_average,
     note,
+    own_database_name,
     postmaster_pid,
     process_tree,
     wait_drained,
@@ -51,23 +54,17 @@ __all__ = [
 ]
 
 
-def _admin(admin_url: str, sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
-
-
 @contextmanager
-def own_database(name: str, admin_url: str = ADMIN_URL):
-    """Create and migrate database ``name``, set Django up on it, yield its URL; drop it
-    at the end, whatever happened."""
-    url = database_url(admin_url, name)
+def own_database(base: str, admin_url: str = ADMIN_URL):
+    """Create and migrate a database of this run's own (``<base>_<checkout>_<pid>``, or
+    ``OBELISK_BENCH_DATABASE_NAME``), set Django up on it, yield its URL; drop it at the
+    end, whatever happened. A database that exists already is never dropped (D106)."""
+    name = own_database_name(base)
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so clusters are stopped and the
     # database dropped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    _admin(admin_url, f"CREATE DATABASE {name}")
+    note(f"benchmark database: {name}")
+    url = create_database(admin_url, name)
     try:
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=child_env(url), check=True)
         os.environ.update(child_env(url))
@@ -84,7 +81,7 @@ def own_database(name: str, admin_url: str = ADMIN_URL):
 
             notify.stop_listening()
             connections.close_all()
-        _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_own_database(admin_url, name)
 
 
 @contextmanager

@@ -3,7 +3,7 @@
 
 Usage: python bench/workflows.py [--database-url postgres://postgres@127.0.0.1:5432/postgres]
 
-It creates (and drops) its own database ``obelisk_bench_workflows`` on that server
+It creates (and drops) its own database ``obelisk_bench_workflows_<checkout>_<pid>`` on that server
 and measures, with no-op activities as children (``bench/workflow_components.py``):
 
 - sequential calls (Obelisk's "fibo" shape): one workflow making N direct calls
@@ -27,7 +27,9 @@ activity drain of bench/run.py (executions/s, 3 events each).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -54,8 +56,9 @@ from bench.run import (  # noqa: E402
     stop_with_the_benchmark,
 )
 
-# A database of its own, so that bench/run.py running at the same time does not drop it.
-bench.run.BENCH_DB = "obelisk_bench_workflows"
+# A database of its own, named after the checkout and this process (D106), so that no other
+# run, of this script or bench/run.py, here or in another checkout, drops it.
+bench.run.BENCH_DB = bench.run.own_database_name("obelisk_bench_workflows")
 
 MODULES = "bench.components,bench.workflow_components"
 # Measured as deployed: DJANGO_DEBUG defaults to 1 (every query timed and kept by Django).
@@ -312,6 +315,9 @@ def main() -> None:
     args = parser.parse_args()
     timeout = 3 * args.budget
 
+    if not args.keep:  # also when the run fails or is stopped (SIGTERM unwinds like Ctrl-C)
+        atexit.register(bench.run.drop_own_database, args.database_url, bench.run.BENCH_DB)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     url = recreate_database(args.database_url)
     env = {**child_env(url), **EXTRA_ENV}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
@@ -498,15 +504,14 @@ def main() -> None:
 
 
 def drop_database(admin_url: str) -> None:
-    import psycopg
+    """Drop this run's database (only if this process created it)."""
     from django.db import connections
 
     from executions import notify
 
     notify.stop_listening()
     connections.close_all()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {bench.run.BENCH_DB} WITH (FORCE)")
+    bench.run.drop_own_database(admin_url, bench.run.BENCH_DB)
 
 
 if __name__ == "__main__":

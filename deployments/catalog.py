@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from deployments.models import Deployment, DeploymentComponent
 from executions import errors
 from executions.events import ComponentId
+from executions.ids import parse_deployment_id
 
 _NO_DEFAULT = inspect.Parameter.empty
 
@@ -179,6 +180,7 @@ def find_function(ffqn: str, deployment_id: str | None = None) -> StoredFunction
     """The function as the given deployment exports it; without one, as the active
     deployment does, else as the newest deployment that exports it."""
     if deployment_id is not None:
+        parse_deployment_id(deployment_id)  # a malformed id is `invalid_id`, before any query
         if not functions_of(deployment_id) and not Deployment.objects.filter(pk=deployment_id).exists():
             raise UnknownDeployment(f"unknown deployment `{errors.excerpt(deployment_id)}`")
         searched = iter([deployment_id])
@@ -209,6 +211,8 @@ def _search_order():
 
 def list_functions(deployment_id: str | None = None) -> list[StoredFunction]:
     """The functions of a deployment (the active one by default), by name."""
+    if deployment_id is not None:  # malformed, empty or with a NUL (PostgreSQL's error): `invalid_id`
+        parse_deployment_id(deployment_id)
     deployment_id = deployment_id or active_deployment_id()
     if deployment_id is None:
         return []
@@ -239,6 +243,9 @@ def list_deployments(limit: int = 100) -> list[DeploymentInfo]:
 
 
 def get_deployment(deployment_id: str) -> DeploymentInfo:
+    """The deployment ``deployment_id``: ``InvalidId`` (400) unless it looks like
+    ``Dep_<ULID>``, ``UnknownDeployment`` (404) if none has it."""
+    parse_deployment_id(deployment_id)
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         raise UnknownDeployment(f"unknown deployment `{errors.excerpt(deployment_id)}`")

@@ -11,20 +11,24 @@ page of its own (a POST form, like Django's delete confirmation).
   function, outcome badge, reason, exact creation time, duration), filters by outcome,
   state, function, top level, deployment, component and creation date, and a search by id,
   function or the text of a result or failure (``store.find_by_result_text``).
-- The execution page (``change_view``, ``templates/admin/obelisk_executions/
-  executionstate/change_form.html``): outcome, arguments, result or error with the
-  traceback, timings, the action buttons that apply, then the history as a timeline
-  (``?as_of=<version>``: the execution as of that event, ``executions.timetravel``),
-  responses, the tree of children, logs, backtraces, the audit trail and the raw row.
+  Bulk cancel, pause, resume and retry, each execution through the client.
+- The execution page (``change_view``; its content is built by ``executions.console_page``,
+  rendered by ``templates/admin/obelisk_executions/executionstate/change_form.html``):
+  outcome, arguments, result or error with the traceback, timings, the action buttons that
+  apply, the children with durations, then the history as a timeline (``?as_of=<version>``:
+  the execution as of that event, ``executions.timetravel``), responses, logs, backtraces,
+  the audit trail and the raw row. An unfinished execution's page re-reads itself (D92).
+- The audit trail across executions: ``executions.admin_audit``.
+
+Ids appear in the addresses as they are, not in the admin's escaping (D90).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from datetime import timedelta
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
@@ -34,20 +38,48 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from deployments.models import DeploymentComponent
-from executions import client, display, errors, store, timetravel
-from executions.events import ExecutionFailure, Finished, Locked, TemporarilyFailed, TemporarilyTimedOut
+from executions import client, console_page, display, errors, store
+from executions.admin_audit import AuditEntryAdmin  # noqa: F401  (registers the audit page)
+from executions.admin_filters import (
+    CappedPaginator,
+    ComponentFilter,
+    CreatedWithinFilter,
+    DeploymentFilter,
+    FinishedWithinFilter,
+    FunctionFilter,
+    OutcomeFilter,
+    TopLevelFilter,
+    without_jit,
+)
+from executions.console_page import execution_url
+from executions.ids import ExecutionId
 from executions.models import Delay, ExecutionState, LogEntry
-from executions.outcome import FAILURE_OUTCOMES, OUTCOMES
 from executions.state_machine import Lifecycle, State
+from executions.store.listing import _filter_text as check_search_text
 
 ACT_PERMISSION = "obelisk_executions.act_on_executions"
-MAX_LOGS = 2000
 MAX_SEARCH_IDS = 500
+SEARCH_SCOPE = 20_000  # newest executions a search by part of a text reads (D95)
+
+
+class RawIdChangeList(ChangeList):
+    """Links to each row with its id as it is, not in the admin's ``_5F`` escaping, so the
+    address can be copied (D90). Obelisk's ids need no escaping in a path."""
+
+    def url_for_result(self, result):
+        opts = self.opts
+        return reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_change",
+            args=(getattr(result, self.pk_attname),),
+            current_app=self.model_admin.admin_site.name,
+        )
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """The console's pages show what the store holds; only the store writes it."""
+
+    def get_changelist(self, request, **kwargs):
+        return RawIdChangeList
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -59,11 +91,36 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-def execution_url(execution_id: str, **query) -> str:
-    url = reverse("admin:obelisk_executions_executionstate_change", args=[quote(execution_id)])
-    if query:
-        url += "?" + "&".join(f"{key}={value}" for key, value in query.items())
-    return url
+POLL_SECONDS = 2  # how often an unfinished execution's page re-reads itself (D92)
+
+
+def execution_id_of(object_id: str) -> str:
+    """The execution id in a console URL: written as it is (D90), or in the admin's
+    ``_5F`` escaping of older links and bookmarks. A raw id never needs unescaping (an
+    escaped one has ``_5F`` after its ``E``, which no ULID allows)."""
+    if store_id_is_valid(object_id):
+        return object_id
+    return unquote(object_id)
+
+
+def store_id_is_valid(text: str) -> bool:
+    try:
+        ExecutionId.parse(text)
+    except errors.InvalidId:
+        return False
+    return True
+
+
+def act_url(execution_id: str, action: str) -> str:
+    return reverse("admin:obelisk_executions_executionstate_act", args=[execution_id, action])
+
+
+def searched_scope(queryset):
+    """``queryset`` from the creation time of its ``SEARCH_SCOPE``-th newest row on: what a
+    search by part of a text reads (D95). One walk of ``t_state_created``."""
+    newest = queryset.order_by("-created_at", "-execution_id").values_list("created_at", flat=True)
+    bound = list(newest[SEARCH_SCOPE - 1 : SEARCH_SCOPE])
+    return queryset.filter(created_at__gte=bound[0]) if bound else queryset
 
 
 def short_id(execution_id: str) -> str:
@@ -74,85 +131,15 @@ def short_id(execution_id: str) -> str:
     return top + (f".{rest}" if dot else "")
 
 
-# ---------------------------------------------------------------------------------------
-# List filters
-# ---------------------------------------------------------------------------------------
-
-
-class OutcomeFilter(admin.SimpleListFilter):
-    """``executions.outcome`` words, through the store's own filter (``failed`` is every
-    failure kind)."""
-
-    title = "outcome"
-    parameter_name = "outcome"
-
-    def lookups(self, request, model_admin):
-        failed = ", ".join(o.replace("_", " ") for o in FAILURE_OUTCOMES)
-        return [("failed", f"failed (any: {failed})")] + [(o, o.replace("_", " ")) for o in OUTCOMES]
-
-    def queryset(self, request, queryset):
-        if not self.value():
-            return queryset
-        try:
-            matching = store.filter_executions(store.ExecutionFilter(outcomes=(self.value(),), show_derived=True))
-        except errors.StoreError:
-            return queryset.none()
-        return queryset.filter(pk__in=matching.values("pk"))
-
-
-class DeploymentFilter(admin.SimpleListFilter):
-    title = "deployment"
-    parameter_name = "deployment"
-
-    def lookups(self, request, model_admin):
-        ids = ExecutionState.objects.order_by("deployment_id").values_list("deployment_id", flat=True).distinct()
-        return [(d, d) for d in ids[:50]]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(deployment_id=self.value()) if self.value() else queryset
-
-
-class ComponentFilter(admin.SimpleListFilter):
-    title = "component"
-    parameter_name = "component"
-
-    def lookups(self, request, model_admin):
-        digests = (
-            ExecutionState.objects.order_by("component_id_input_digest")
-            .values_list("component_id_input_digest", flat=True)
-            .distinct()[:50]
-        )
-        names = dict(
-            DeploymentComponent.objects.filter(component_id__in=list(digests)).values_list(
-                "component_id", "component_name"
-            )
-        )
-        return [(d, f"{names.get(d, '?')} {d[:15]}…") for d in digests]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(component_id_input_digest=self.value()) if self.value() else queryset
-
-
-class TopLevelFilter(admin.SimpleListFilter):
-    title = "level"
-    parameter_name = "top_level"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "top-level only"), ("no", "children only")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.filter(is_top_level=True)
-        if self.value() == "no":
-            return queryset.filter(is_top_level=False)
-        return queryset
-
-
-class ExecutionChangeList(ChangeList):
+class ExecutionChangeList(RawIdChangeList):
     """Reads each page's results in one store call and works out each row's outcome once."""
 
     def get_results(self, request):
         super().get_results(request)
+        if (self.show_all and self.can_show_all) or not self.multi_page:
+            # Django reads the whole queryset then (the capped count said it is short): a
+            # LIMIT keeps that read bounded too (D94).
+            self.result_list = self.result_list[: max(self.list_max_show_all, self.list_per_page)]
         self.result_list = list(self.result_list)
         finished = [row.execution_id for row in self.result_list if row.is_finished]
         retvals = store.get_finished_results(finished) if finished else {}
@@ -227,20 +214,29 @@ def perform(action: str, execution_id: str, actor: str) -> tuple[str, str | None
 class ExecutionStateAdmin(ReadOnlyAdmin):
     list_display = ("short_id", "ffqn", "outcome_badge", "reason", "created", "duration")
     list_display_links = ("short_id",)
+    # Each filter is served by an index at any size, and no facet counts (D94;
+    # executions/admin_filters.py).
     list_filter = (
         OutcomeFilter,
+        FinishedWithinFilter,
+        CreatedWithinFilter,
+        TopLevelFilter,
         "state",
         "lifecycle",
-        "ffqn",
-        TopLevelFilter,
+        FunctionFilter,
         DeploymentFilter,
         ComponentFilter,
     )
+    show_facets = admin.ShowFacets.NEVER
+    paginator = CappedPaginator
+    sortable_by = ("short_id", "created")  # orders an index serves
     search_fields = ("execution_id",)  # see get_search_results
-    search_help_text = "An execution id (or part of one), a function name, or words of a result or error."
-    date_hierarchy = "created_at"
+    search_help_text = (
+        "A whole execution id; or part of an id, a function name, or words of an error or a failure,"
+        f" among the newest {SEARCH_SCOPE:,} executions the filters select."
+    )
     ordering = ("-created_at", "-execution_id")
-    actions = ["cancel_selected", "pause_selected", "resume_selected"]
+    actions = ["cancel_selected", "pause_selected", "resume_selected", "retry_selected"]
     list_per_page = 50
     show_full_result_count = False
     empty_value_display = ""
@@ -256,7 +252,14 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request, extra_context=None):
         # The app sidebar would push the outcome and reason columns off a 1366 px screen.
-        return super().changelist_view(request, {"is_nav_sidebar_enabled": False, **(extra_context or {})})
+        context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        if request.method != "GET":  # actions go through the client, in transactions of their own
+            return super().changelist_view(request, context)
+        with without_jit():  # (D95)
+            response = super().changelist_view(request, context)
+            if hasattr(response, "render"):
+                response.render()  # its queries too
+        return response
 
     # -- columns -----------------------------------------------------------------------
 
@@ -308,17 +311,29 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
     # -- search ------------------------------------------------------------------------
 
     def get_search_results(self, request, queryset, search_term):
+        """A whole execution id: that execution, whatever the filters (a child's too). Else
+        part of an id, of a function name, or words of an error or a failure, among the newest
+        ``SEARCH_SCOPE`` executions the filters select: a range of ``t_state_created``,
+        bounded at any table size (D95)."""
         term = search_term.strip()
         if not term:
             return queryset, False
+        try:
+            check_search_text(term, "search text")
+        except errors.StoreError:  # a NUL, a lone surrogate, or over 1,024 characters
+            return queryset.none(), False
+        exact = ExecutionState.objects.filter(pk=term)
+        if exact.exists():
+            return exact.order_by(*queryset.query.order_by), False
+        scope = searched_scope(queryset)
         condition = Q(execution_id__icontains=term) | Q(ffqn__icontains=term)
         try:
-            ids = store.find_by_result_text(term, limit=MAX_SEARCH_IDS)
+            ids = store.find_by_result_text(term, limit=MAX_SEARCH_IDS, within=scope)
         except (errors.StoreError, ValueError):
             ids = []
         if ids:
             condition |= Q(pk__in=ids)
-        return queryset.filter(condition), False
+        return scope.filter(condition), False
 
     # -- bulk actions (confirmation page first) ----------------------------------------
 
@@ -360,6 +375,12 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
     def resume_selected(self, request, queryset):
         return self._bulk(request, queryset, "resume")
 
+    @admin.action(description="Retry selected executions", permissions=["act"])
+    def retry_selected(self, request, queryset):
+        """Each through ``client.retry``, audited; unfinished or child executions are
+        refused by the store and named in a warning."""
+        return self._bulk(request, queryset, "retry")
+
     # -- URLs --------------------------------------------------------------------------
 
     def get_urls(self):
@@ -377,263 +398,30 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        execution_id = unquote(object_id)
         try:
-            context = self._page_context(request, execution_id)
+            context = console_page.build(request, execution_id_of(object_id))
         except (errors.NotFound, errors.InvalidId):
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        can_act = self.has_act_permission(request) and context["as_of"] is None
+        state = context["state"]
+        context.update(
+            {
+                **self.admin_site.each_context(request),
+                "is_nav_sidebar_enabled": False,
+                "opts": self.opts,
+                "title": f"Execution {state.execution_id}",
+                "subtitle": None,
+                "has_view_permission": True,
+                "actions": [
+                    (name, ACTIONS[name][0], act_url(state.execution_id, name)) for name in applicable_actions(state)
+                ]
+                if can_act
+                else [],
+                "poll_seconds": POLL_SECONDS,
+            }
+        )
         context.update(extra_context or {})
         return TemplateResponse(request, self.change_form_template, context)
-
-    def _page_context(self, request, execution_id: str) -> dict:
-        now = timezone.now()
-        log = store.get(execution_id)
-        detail = client.get(execution_id)
-        state = log.state
-        execution_id = state.execution_id
-
-        # Time travel: ?as_of=<version>.
-        as_of = None
-        raw = request.GET.get("as_of")
-        if raw not in (None, ""):
-            try:
-                as_of = timetravel.as_of(log.events, log.responses, int(raw))
-            except ValueError:
-                messages.warning(request, f"No event at version {raw[:20]}; showing the present.")
-        if as_of is not None and as_of.is_last:
-            as_of = None
-        events = as_of.events if as_of else log.events
-        responses = as_of.responses if as_of else log.responses
-        outcome = as_of.status if as_of else state.outcome(now)
-
-        # Timeline.
-        timeline = []
-        previous = None
-        for record in events:
-            event = record.event
-            failure = None
-            if isinstance(event, TemporarilyFailed) and event.detail:
-                failure = event.detail
-            elif isinstance(event, Finished) and isinstance(event.retval, ExecutionFailure):
-                failure = event.retval.detail
-            timeline.append(
-                {
-                    "version": record.version,
-                    "at": display.exact_time(record.created_at),
-                    "since": display.format_duration(record.created_at - previous) if previous else "",
-                    "title": display.EVENT_TITLES.get(event.VARIANT, event.VARIANT),
-                    "variant": event.VARIANT,
-                    "text": display.describe_event(event),
-                    "detail": failure,
-                    "url": execution_url(execution_id, as_of=record.version),
-                    "current": as_of is not None and record.version == as_of.version,
-                }
-            )
-            previous = record.created_at
-        hidden_events = len(log.events) - len(events)
-
-        # Result, error and traceback (the present only).
-        retval = detail.retval if as_of is None else None
-        if as_of is not None:
-            finished_events = [r for r in events if isinstance(r.event, Finished)]
-            retval = finished_events[-1].event.retval if finished_events else None
-        traceback_text, traceback_source = None, None
-        if isinstance(retval, ExecutionFailure) and retval.detail:
-            traceback_text, traceback_source = retval.detail, "the final failure"
-        else:
-            for record in reversed(events):
-                if isinstance(record.event, TemporarilyFailed) and record.event.detail:
-                    traceback_text = record.event.detail
-                    traceback_source = f"the last failed attempt (version {record.version}): {record.event.reason}"
-                    break
-                if isinstance(record.event, TemporarilyTimedOut):
-                    break
-        result_json = None
-        if retval is not None and not isinstance(retval, ExecutionFailure):
-            result_json = display.pretty_json(retval.value)
-
-        # Timings.
-        locks = [r.created_at for r in events if isinstance(r.event, Locked)]
-        end = None
-        if as_of is not None:
-            end = as_of.at
-        elif detail.finished_at is not None:
-            end = detail.finished_at
-        ended = retval is not None
-        reference = end if end is not None else now
-        first_lock = locks[0] if locks else None
-        timings = [
-            ("created", display.exact_time(state.created_at)),
-            ("scheduled at", display.exact_time(detail.scheduled_at)),
-            ("first run started", display.exact_time(first_lock)),
-            ("finished", display.exact_time(detail.finished_at) if ended else "—"),
-            (
-                "queued",
-                display.format_duration(max(first_lock - detail.scheduled_at, timedelta(0)))
-                if first_lock
-                else "not started",
-            ),
-            (
-                "running",
-                (display.format_duration(reference - first_lock) + ("" if ended else " so far")) if first_lock else "—",
-            ),
-            ("total", display.format_duration(reference - state.created_at) + ("" if ended else " so far")),
-            ("attempts", str(len(locks))),
-            (
-                "failed attempts",
-                str(sum(isinstance(r.event, (TemporarilyFailed, TemporarilyTimedOut)) for r in events)),
-            ),
-        ]
-
-        # Tree of children; time travel shows what was requested by then.
-        tree = []
-        if as_of is None:
-            for child, child_retval in store.get_tree(execution_id)[1:]:
-                depth = child.execution_id.count(".") - execution_id.count(".")
-                tree.append(
-                    {
-                        "id": child.execution_id,
-                        "short": child.execution_id[len(execution_id) + 1 :],
-                        "url": execution_url(child.execution_id),
-                        "ffqn": child.ffqn,
-                        "outcome": child.outcome(now),
-                        "badge": display.outcome_badge(child.outcome(now)),
-                        "reason": display.short_reason(child_retval, 80),
-                        "indent": (depth - 1) * 1.5,
-                    }
-                )
-        requests = []
-        if as_of is not None:
-            for request_ in as_of.requests:
-                response = request_.response
-                if request_.kind == "child":
-                    if response is not None and response.child_retval is not None:
-                        child_outcome = timetravel._retval_outcome(response.child_retval)
-                        reason = display.short_reason(response.child_retval, 80)
-                    else:
-                        child_outcome, reason = "running", "no response yet"
-                    url = execution_url(request_.id)
-                else:
-                    child_outcome = "ok" if response is not None else "scheduled"
-                    reason = "fired" if response is not None else "waiting"
-                    url = None
-                requests.append(
-                    {
-                        "id": request_.id,
-                        "kind": request_.kind,
-                        "ffqn": request_.ffqn or "delay",
-                        "join_set_id": request_.join_set_id,
-                        "version": request_.requested_version,
-                        "outcome": child_outcome,
-                        "badge": display.outcome_badge(child_outcome),
-                        "reason": reason,
-                        "url": url,
-                    }
-                )
-
-        # Links between executions.
-        audit = client.audit_trail(execution_id)
-        retried_as = [
-            entry.detail["new_execution_id"]
-            for entry in audit
-            if entry.action == "retry" and entry.detail.get("new_execution_id")
-        ]
-        retry_of = detail.metadata.get("retry_of")
-
-        # Logs by run, backtraces.
-        logs = store.list_logs(execution_id, limit=MAX_LOGS)
-        if as_of is not None:
-            logs = [entry for entry in logs if entry.created_at <= as_of.at]
-        runs: OrderedDict[str, list] = OrderedDict()
-        for entry in logs:
-            text = entry.message if entry.message is not None else (entry.payload or b"").decode("utf-8", "replace")
-            runs.setdefault(entry.run_id, []).append(
-                {"at": display.exact_time(entry.created_at), "what": entry.level or entry.stream, "text": text}
-            )
-        backtraces = [
-            {
-                "from": low,
-                "to": high,
-                "frames": "\n".join(f"{f['file']}:{f['line']} in {f['function']}: {f['code']}" for f in frames),
-            }
-            for low, high, frames in store.list_backtraces(execution_id)
-            if as_of is None or low <= as_of.version
-        ]
-
-        can_act = self.has_act_permission(request) and as_of is None
-        actions = (
-            [
-                (
-                    name,
-                    ACTIONS[name][0],
-                    reverse("admin:obelisk_executions_executionstate_act", args=[quote(execution_id), name]),
-                )
-                for name in applicable_actions(state)
-            ]
-            if can_act
-            else []
-        )
-        return {
-            **self.admin_site.each_context(request),
-            "is_nav_sidebar_enabled": False,
-            "opts": self.opts,
-            "title": f"Execution {execution_id}",
-            "subtitle": None,
-            "has_view_permission": True,
-            "execution_id": execution_id,
-            "state": state,
-            "detail": detail,
-            "outcome": outcome,
-            "outcome_badge": display.outcome_badge(outcome),
-            "reason": display.short_reason(retval, 300) if retval is not None else "",
-            "arguments": display.pretty_json(detail.params),
-            "metadata": detail.metadata,
-            "result_json": result_json,
-            "retval": retval,
-            "traceback_text": traceback_text,
-            "traceback_source": traceback_source,
-            "timings": timings,
-            "timeline": timeline,
-            "hidden_events": hidden_events,
-            "responses": [
-                {
-                    "seq": r.seq,
-                    "at": display.exact_time(r.created_at),
-                    "join_set_id": r.join_set_id,
-                    "what": r.child_execution_id or r.delay_id,
-                    "url": execution_url(r.child_execution_id) if r.child_execution_id else None,
-                    "result": display.describe_retval(r.child_retval)
-                    if r.child_retval is not None
-                    else ("delay fired" if r.delay_success else "delay cancelled" if r.delay_id else ""),
-                }
-                for r in responses
-            ],
-            "tree": tree,
-            "requests": requests,
-            "as_of": as_of,
-            "as_of_at": display.exact_time(as_of.at) if as_of else None,
-            "present_url": execution_url(execution_id),
-            "parent_url": execution_url(detail.parent_id) if detail.parent_id else None,
-            "retry_of": retry_of,
-            "retry_of_url": execution_url(retry_of) if retry_of else None,
-            "retried_as": [(new_id, execution_url(new_id)) for new_id in retried_as],
-            "runs": runs,
-            "backtraces": backtraces,
-            "audit": [
-                {
-                    "at": display.exact_time(entry.created_at),
-                    "actor": entry.actor,
-                    "via": entry.via,
-                    "action": entry.action,
-                    "detail": display.short_json(entry.detail, 200),
-                }
-                for entry in audit
-            ],
-            "internal": [(name, getattr(state, name)) for name in store.ExecutionSnapshot.__dataclass_fields__],
-            "actions": actions,
-            "deployment_url": reverse("admin:obelisk_deployments_deployment_change", args=[quote(state.deployment_id)]),
-            "list_url": reverse("admin:obelisk_executions_executionstate_changelist"),
-        }
 
     def act_view(self, request, object_id, action):
         """Confirm (GET, or POST without ``post=yes``), then act (POST ``post=yes``)."""
@@ -641,9 +429,8 @@ class ExecutionStateAdmin(ReadOnlyAdmin):
             raise Http404("unknown action")
         if not self.has_act_permission(request):
             raise PermissionDenied
-        execution_id = unquote(object_id)
         try:
-            state = store.get_state(execution_id)
+            state = store.get_state(execution_id_of(object_id))
         except (errors.NotFound, errors.InvalidId):
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         page = execution_url(state.execution_id)

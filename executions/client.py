@@ -98,11 +98,16 @@ def result(execution_id: str) -> RetVal | None:
     return store.get_finished_result(execution_id)
 
 
-def wait(execution_id: str, *, timeout: float | None = None) -> dict:
+def wait(execution_id: str, *, timeout: float | None = None, release_connection: bool = True) -> dict:
     """Block until it finishes; its result in Obelisk's shape (``{"ok": …}``, ``{"err":
     …}`` or ``{"execution_failure": …}``). ``errors.Timeout`` after ``timeout`` seconds.
-    Woken by LISTEN/NOTIFY on PostgreSQL."""
-    return retval_to_json(store.wait_for_finished_result(execution_id, timeout=timeout))
+    Woken by LISTEN/NOTIFY on PostgreSQL. A wait longer than a tenth of a second gives
+    this thread's database connection back while it blocks (outside a transaction), so
+    that many waiting threads do not hold as many connections (D100);
+    ``release_connection=False`` keeps it."""
+    return retval_to_json(
+        store.wait_for_finished_result(execution_id, timeout=timeout, release_connection=release_connection)
+    )
 
 
 def list_executions(filters: store.ExecutionFilter = store.ExecutionFilter(), **page) -> store.Page:

@@ -31,6 +31,17 @@ DEFAULTS = {
     "PARKED_RUN_TIMEOUT": timedelta(seconds=10),
     # Where no LISTEN/NOTIFY exists (SQLite), waiters poll this often.
     "POLL_INTERVAL": timedelta(milliseconds=50),
+    # The longest an API long poll (``GET …/wait``) blocks, whatever ``timeout`` it asked
+    # for; it then answers ``finished: false`` and the client asks again. Below the WSGI
+    # server's request timeout (gunicorn's sync worker: 30 s), so that the server never
+    # kills a wait and answers HTML (D102).
+    "MAX_WAIT": timedelta(seconds=25),
+    # Long polls one server process serves at once; more are answered 429 with
+    # ``Retry-After``. Keep it below the server's threads per process, so that other
+    # requests always find a thread (D101).
+    "MAX_WAITS_PER_PROCESS": 12,
+    # Long polls one user has open at once in one server process; more are answered 429.
+    "MAX_WAITS_PER_USER": 8,
     # Retention: finished top-level executions (with their whole trees and everything that
     # belongs to them) are deleted this long after they finished, by `obelisk_retention`
     # or its hourly schedule (a timedelta). None keeps them forever.

@@ -81,7 +81,27 @@ def describe_history(history) -> str:
         return f"schedule {history.execution_id} {history.target_ffqn or ''}".rstrip()
     if kind == "stub":
         return f"stub {history.target_execution_id}"
+    if kind == "persist":
+        return f"persist {persisted_text(history)}"
     return f"{kind} {short_json(history.model_dump(mode='json', exclude={'type'}), 60)}"
+
+
+def persisted_text(persist) -> str:
+    """A ``Persist`` event's value as the workflow saw it: ``ctx.now()`` as a UTC time, a
+    random number as a number, a random string as text (the bytes are their encodings:
+    ISO text, 8 bytes big-endian, UTF-8)."""
+    raw = bytes(persist.value)
+    kind = persist.kind.get("type")
+    try:
+        if kind == "now":
+            return f"now = {exact_time(datetime.fromisoformat(raw.decode()))} UTC"
+        if kind == "random_u64":
+            return f"random number = {int.from_bytes(raw, 'big')}"
+        if kind == "random_string":
+            return f"random string = {short_json(raw.decode(), 60)}"
+    except ValueError:
+        pass
+    return f"{short_json(persist.kind, 40)} = {raw.hex()}"
 
 
 def format_history(log) -> list[str]:
@@ -207,6 +227,36 @@ def short_reason(retval: RetVal | None, limit: int = 90) -> str:
 def pretty_json(value) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
+
+def event_title(event: Event) -> str:
+    """What an event is, for the console's timeline: a workflow's history events are
+    named by what the workflow did (a child or delay requested, a wait, ``ctx.now()``),
+    not all "History" (D91)."""
+    if isinstance(event, HistoryEventRecord):
+        history = event.event
+        if history.type == "join_set_request":
+            return HISTORY_TITLES[history.request.type]
+        if history.type == "persist":
+            return PERSIST_TITLES.get(history.kind.get("type"), "Value recorded")
+        return HISTORY_TITLES.get(history.type, history.type.replace("_", " "))
+    return EVENT_TITLES.get(event.VARIANT, event.VARIANT)
+
+
+HISTORY_TITLES = {
+    "join_set_create": "Join set opened",
+    "child_execution_request": "Child started",
+    "delay_request": "Delay started",
+    "join_next": "Waiting for a response",
+    "join_next_try": "Checked for a response",
+    "join_next_too_many": "Waited once too often",
+    "schedule": "Execution scheduled",
+    "stub": "Child stubbed",
+}
+PERSIST_TITLES = {
+    "now": "Time read (ctx.now)",
+    "random_u64": "Random number drawn",
+    "random_string": "Random string drawn",
+}
 
 EVENT_TITLES = {
     "created": "Created",

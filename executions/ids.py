@@ -41,6 +41,13 @@ _FFQN_RE = re.compile(
 )
 JOIN_SET_KINDS = {"o": "one_off", "n": "named", "g": "generated"}
 
+# The same formats as JSON Schema ``pattern``s (ECMA-262: ``$`` is the end of the text), for
+# the OpenAPI document (D105). A child segment's index starts at 1, without leading zeros.
+_SEGMENT_PATTERN = rf"\.[{''.join(JOIN_SET_KINDS)}]:{_JOIN_SET_NAME_RE.pattern}_[1-9][0-9]*"
+TOP_LEVEL_ID_PATTERN = rf"^E_{_ULID_RE.pattern}$"
+EXECUTION_ID_PATTERN = rf"^E_{_ULID_RE.pattern}(?:{_SEGMENT_PATTERN})*$"
+DEPLOYMENT_ID_PATTERN = rf"^Dep_{_ULID_RE.pattern}$"
+
 
 def _check_ulid(text: str, what: str) -> str:
     if not _ULID_RE.fullmatch(text):

@@ -148,6 +148,19 @@ class ExecutionState(StateWords, models.Model):
                 name="t_state_ffqn_created",
             ),
             Index(fields=["deployment_id", "created_at"], name="t_state_deployment"),
+            Index(fields=["component_id_input_digest", "created_at"], name="t_state_component"),
+            # The console at a million rows (D93): what finished in a window, counted by
+            # outcome from the index alone (the dashboard's last hour, the `finished` filter);
+            # a finished outcome newest first; an unfinished state newest first; children
+            # newest first (the list shows top-level ones unless asked, D94).
+            Index(
+                fields=["pending_expires_finished", "result_kind"],
+                condition=Q(state=State.FINISHED),
+                name="t_state_finished_at",
+            ),
+            Index(fields=["result_kind", "created_at"], condition=Q(state=State.FINISHED), name="t_state_outcome"),
+            Index(fields=["state", "created_at"], condition=~Q(state=State.FINISHED), name="t_state_unfinished"),
+            Index(fields=["created_at"], condition=Q(is_top_level=False), name="t_state_children"),
         ]
 
     def __str__(self) -> str:

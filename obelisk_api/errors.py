@@ -30,6 +30,7 @@ STATUS_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    411: "length_required",
     413: "payload_too_large",
     429: "throttled",
 }

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import json
 
-from django.http import HttpRequest
+from django.core.handlers.wsgi import LimitedStream
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja.parser import Parser
 
 from executions import conf, errors
@@ -53,25 +54,80 @@ class StrictJsonParser(Parser):
         return parse_json(request.body)
 
 
+# Methods whose body a route reads; a GET's body is never read, so never refused either.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
 def guard(view):
     """Wrap a django-ninja view: refuse a body announced larger than the limit before it is
-    read (413), and answer a wrong method with the API's JSON error body, not plain text."""
+    read (413), read a chunked body where the server can hand it over (``_body_refusal``),
+    answer HEAD as GET without the body, and answer a wrong method with the API's JSON error
+    body, not plain text."""
 
     @functools.wraps(view)
     def guarded(request: HttpRequest, *args, **kwargs):
+        refusal = _body_refusal(request)
+        if refusal is not None:
+            return refusal
+        if request.method == "HEAD":
+            response = _as_head(view, request, *args, **kwargs)
+        else:
+            response = view(request, *args, **kwargs)
+        if response.status_code == 405 and not response.get("Content-Type", "").startswith("application/json"):
+            return _not_allowed(request, response.get("Allow", ""))
+        return response
+
+    return guarded
+
+
+def _body_refusal(request: HttpRequest) -> JsonResponse | None:
+    """Check the framing of a request body before anything reads it.
+
+    With ``Content-Length``, a number at most ``MAX_PAYLOAD_BYTES``. Without it, a chunked
+    body is read only where the server decoded it and marks its end (``wsgi.input_terminated``,
+    as gunicorn does): Django would read it as empty, so a valid submit was a 422. It is then
+    read up to one byte past the limit, for ``parse_json`` to refuse (413) like any other
+    body. A server that cannot hand it over gets 411, never an empty body (D103)."""
+    if request.method not in BODY_METHODS:
+        return None
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length:
         try:
-            announced = int(request.META.get("CONTENT_LENGTH") or 0)
+            announced = int(length)
         except ValueError:
             return json_error(400, "bad_request", "Content-Length is not a number")
         if announced > conf.get("MAX_PAYLOAD_BYTES"):
             error = request_too_large(announced)
             return json_error(error.http_status, error.code, error.message)
-        response = view(request, *args, **kwargs)
-        if response.status_code == 405 and not response.get("Content-Type", "").startswith("application/json"):
-            allowed = response.get("Allow", "")
-            refused = json_error(405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}")
-            refused["Allow"] = allowed
-            return refused
-        return response
+        return None
+    if "chunked" not in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return None
+    if not request.META.get("wsgi.input_terminated"):
+        return json_error(411, "length_required", "this server cannot read a chunked request body; send Content-Length")
+    request._stream = LimitedStream(request.META["wsgi.input"], conf.get("MAX_PAYLOAD_BYTES") + 1)
+    return None
 
-    return guarded
+
+def _as_head(view, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    """HEAD is GET without the body (RFC 9110 §9.3.2), which load balancers probe with:
+    the GET route runs, with its authentication, and its answer keeps every header,
+    ``Content-Length`` included (D103)."""
+    request.method = "GET"
+    try:
+        response = view(request, *args, **kwargs)
+    finally:
+        request.method = "HEAD"
+    if not response.streaming and response.status_code != 405:
+        response["Content-Length"] = str(len(response.content))
+        response.content = b""
+    return response
+
+
+def _not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
+    methods = [m.strip() for m in allowed.split(",") if m.strip()]
+    if "GET" in methods and "HEAD" not in methods:
+        methods.append("HEAD")
+    allowed = ", ".join(sorted(methods))
+    refused = json_error(405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}")
+    refused["Allow"] = allowed
+    return refused

@@ -8,13 +8,28 @@ shape (``{"ok": …}``, ``{"err": …}``, ``{"execution_failure": {"kind": …}}
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from ninja import Schema
-from ninja.responses import codes_4xx
-from pydantic import AwareDatetime, ConfigDict, StrictBool, StrictStr
+from pydantic import AwareDatetime, ConfigDict, StrictBool, StrictStr, WithJsonSchema
+
+from executions.ids import DEPLOYMENT_ID_PATTERN, EXECUTION_ID_PATTERN, TOP_LEVEL_ID_PATTERN
 
 MAX_BIGINT = 2**63 - 1  # every version, seq and id column is a bigint
+
+
+def _shown_pattern(pattern: str, description: str) -> WithJsonSchema:
+    """An id's format, shown as a ``pattern`` in the document (D105). Only shown: the
+    parsers check it (``executions.ids``), so a malformed id stays a 400 ``invalid_id``
+    that says what is wrong, not a 422 quoting a regular expression."""
+    return WithJsonSchema({"type": "string", "pattern": pattern, "description": description})
+
+
+ExecutionIdText = Annotated[
+    str, _shown_pattern(EXECUTION_ID_PATTERN, "`E_<ULID>`; a child's adds `.<kind>:<name>_<index>` segments")
+]
+TopLevelIdText = Annotated[StrictStr, _shown_pattern(TOP_LEVEL_ID_PATTERN, "`E_<ULID>`: a top-level execution id")]
+DeploymentIdText = Annotated[str, _shown_pattern(DEPLOYMENT_ID_PATTERN, "`Dep_<ULID>`")]
 
 
 class Strict(Schema):
@@ -24,7 +39,7 @@ class Strict(Schema):
 class SubmitIn(Strict):
     function: StrictStr
     arguments: list[Any] | dict[str, Any]
-    execution_id: StrictStr | None = None
+    execution_id: TopLevelIdText | None = None
     scheduled_at: AwareDatetime | None = None
     paused: StrictBool = False
 
@@ -41,13 +56,13 @@ class ErrorOut(Schema):
 
 
 class SubmittedOut(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     created: bool
-    retry_of: str | None = None
+    retry_of: ExecutionIdText | None = None
 
 
 class ExecutionSummary(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     ffqn: str
     status: str
     outcome: str
@@ -59,7 +74,7 @@ class ExecutionSummary(Schema):
     updated_at: datetime
     component_type: str
     component_digest: str
-    deployment_id: str
+    deployment_id: DeploymentIdText
 
 
 class ExecutionOut(ExecutionSummary):
@@ -69,11 +84,11 @@ class ExecutionOut(ExecutionSummary):
     scheduled_at: datetime
     finished_at: datetime | None
     attempts: int
-    parent_id: str | None
-    children: list[str]
+    parent_id: ExecutionIdText | None
+    children: list[ExecutionIdText]
     params: list[Any]
     metadata: dict[str, str]
-    retry_of: str | None
+    retry_of: ExecutionIdText | None
 
 
 class ExecutionPage(Schema):
@@ -90,7 +105,7 @@ class EventOut(Schema):
 
 
 class HistoryPage(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     events: list[EventOut]
     max_version: int
     next_from_version: int | None
@@ -102,13 +117,13 @@ class ResponseOut(Schema):
     join_set_id: str
     delay_id: str | None
     delay_success: bool | None
-    child_execution_id: str | None
+    child_execution_id: ExecutionIdText | None
     finished_version: int | None
     child_result: dict[str, Any] | None
 
 
 class ResponsesPage(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     responses: list[ResponseOut]
     max_seq: int
     next_after_seq: int | None
@@ -125,30 +140,30 @@ class LogOut(Schema):
 
 
 class LogsPage(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     logs: list[LogOut]
     next_after_id: int | None
 
 
 class WaitOut(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     finished: bool
     outcome: str | None
     result: dict[str, Any] | None
 
 
 class CancelOut(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     outcome: str
 
 
 class VersionOut(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     next_version: int  # the version the execution's next event will carry
 
 
 class StubOut(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     written: bool
 
 
@@ -157,12 +172,12 @@ class AuditOut(Schema):
     actor: str
     via: str
     action: str
-    execution_id: str
+    execution_id: ExecutionIdText
     detail: dict[str, Any]
 
 
 class AuditPage(Schema):
-    execution_id: str
+    execution_id: ExecutionIdText
     entries: list[AuditOut]
 
 
@@ -171,7 +186,7 @@ class FunctionOut(Schema):
     component: str
     component_type: str
     component_digest: str
-    deployment_id: str
+    deployment_id: DeploymentIdText
     parameters: list[dict[str, Any]]
     return_schema: dict[str, Any]
 
@@ -183,7 +198,7 @@ class ComponentOut(Schema):
 
 
 class DeploymentOut(Schema):
-    deployment_id: str
+    deployment_id: DeploymentIdText
     created_at: datetime
     last_active_at: datetime | None
     status: str
@@ -202,6 +217,20 @@ class HealthOut(Schema):
     clusters_known: int
 
 
-# Every 4xx the API answers, for the OpenAPI document: django-ninja's ``codes_4xx`` leaves
-# out 413 (a body over ``MAX_PAYLOAD_BYTES``) and 422 (validation), which routes answer too.
-ERROR_STATUSES = frozenset(codes_4xx) | {413, 422}
+# The error statuses each route really answers, for the OpenAPI document (D105): a client
+# generated from it handles these and is told of no others. 500 is never documented.
+SIGNED_IN = frozenset({401, 403, 503})  # no or bad credentials, no permission, database unreachable
+POSTED = frozenset({400, 411, 413})  # a POST's framing: Content-Length, chunked (``parsing``), size
+BY_ID = frozenset({400, 404})  # the id in the path is malformed (`invalid_id`) or unknown
+VALIDATED = frozenset({422})  # query parameters or body fields django-ninja checks
+
+LIST_ERRORS = SIGNED_IN | VALIDATED | {400}  # filters: a malformed parent id, a bad cursor
+READ_ERRORS = SIGNED_IN | BY_ID
+PAGE_ERRORS = READ_ERRORS | VALIDATED  # one execution's pages: history, responses, logs, audit
+WAIT_ERRORS = PAGE_ERRORS | {429}  # past the caps on open waits (D101)
+SUBMIT_ERRORS = SIGNED_IN | POSTED | VALIDATED | {404, 409}  # unknown function; idempotency conflict
+CANCEL_ERRORS = SIGNED_IN | POSTED | BY_ID
+ACTION_ERRORS = CANCEL_ERRORS | {409}  # in a state that does not allow it
+STUB_ERRORS = ACTION_ERRORS | VALIDATED
+FUNCTIONS_ERRORS = SIGNED_IN | {400, 404}  # a malformed or unknown deployment id
+DEPLOYMENTS_ERRORS = SIGNED_IN | VALIDATED

@@ -1,11 +1,13 @@
 """Include in a project's URLs: ``path("api/", include("obelisk_api.urls"))``.
 
 Every django-ninja view is wrapped by ``parsing.guard`` (the body size, announced, is
-refused before the body is read); anything else under ``v1/`` is a JSON 404, and ``/api/``
-itself leads to the docs.
+refused before the body is read; HEAD answers as GET); any other path under the mount point,
+whatever it holds (a newline too) and whatever the method (no CSRF check: nothing is done),
+is a JSON 404; and ``/api/`` itself leads to the docs.
 """
 
 from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 
 from obelisk_api.api import api
@@ -17,6 +19,7 @@ for pattern in _patterns:
     pattern.callback = guard(pattern.callback)
 
 
+@csrf_exempt  # it changes nothing; Django's CSRF check would answer its HTML page first
 def not_found(request, rest=""):
     return json_error(404, "not_found", f"no API route {request.method} {request.path}")
 
@@ -24,5 +27,5 @@ def not_found(request, rest=""):
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="obelisk_api:openapi-view"), name="api-home"),
     path("", include((_patterns, _app), namespace=_namespace)),
-    re_path(r"^v1/(?P<rest>.*)$", not_found),
+    re_path(r"^(?P<rest>[\s\S]*)$", not_found),  # not `.*`: a newline must match too
 ]

@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_extensions",
     "django_q",
+    "ninja",  # serves Swagger UI's assets itself: /api/docs works without Internet access (D92)
     "executions",
     "deployments",
     "workers",
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "obelisk_api.middleware.JsonErrorsMiddleware",  # JSON errors under /api/, first to see all (D103)
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -94,6 +96,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "obelisk_site.urls"
+CSRF_FAILURE_VIEW = "obelisk_api.middleware.csrf_failure"  # `csrf_failed` in JSON under /api/
 
 TEMPLATES = [
     {
@@ -166,6 +169,11 @@ OBELISK = {
     "COMPONENT_MODULES": env_list("OBELISK_COMPONENT_MODULES"),
     # How long a stopping worker lets running executions finish before handing them back.
     "SHUTDOWN_GRACE": timedelta(seconds=float(os.environ.get("OBELISK_SHUTDOWN_GRACE_SECONDS", "20"))),
+    # API long polls (D101, D102): the longest wait, and how many one server process, and
+    # one user in it, may have open at once (README.md, "Serving the API").
+    "MAX_WAIT": timedelta(seconds=float(os.environ.get("OBELISK_MAX_WAIT_SECONDS", "25"))),
+    "MAX_WAITS_PER_PROCESS": int(os.environ.get("OBELISK_MAX_WAITS_PER_PROCESS", "12")),
+    "MAX_WAITS_PER_USER": int(os.environ.get("OBELISK_MAX_WAITS_PER_USER", "8")),
 }
 
 # django-q2 runs the executors: see docs/architecture.md, "Workers".

@@ -1,11 +1,13 @@
 # Shared by scripts/*.sh: a virtualenv with requirements.txt installed, reinstalled only
-# when requirements.txt changes, and a development secret key (dev_secret_key).
+# when requirements.txt changes, and a development secret key (dev_secret_key). What takes
+# time (the first run's installation: half a minute or more) is said before it starts.
 setup_venv() {
     if ! command -v python3 >/dev/null; then
         echo "python3 (3.11 or newer) is required" >&2
         exit 1
     fi
     if [ ! -x .venv/bin/python ]; then
+        echo "setting up: making the virtualenv .venv (first run only)..." >&2
         python3 -m venv .venv
     fi
     # shellcheck disable=SC1091
@@ -14,7 +16,9 @@ setup_venv() {
     want=$(sha256sum requirements.txt | cut -d' ' -f1)
     have=$(cat .venv/.requirements.sha256 2>/dev/null || true)
     if [ "$want" != "$have" ]; then
+        echo "setting up: installing requirements.txt into .venv with pip (first run, or it changed: about half a minute)..." >&2
         python -m pip install -q --disable-pip-version-check -r requirements.txt
+        echo "setting up: installed." >&2
         echo "$want" > .venv/.requirements.sha256
     fi
     dev_secret_key
@@ -34,6 +38,13 @@ dev_secret_key() {
     fi
     DJANGO_SECRET_KEY=$(cat "$var_dir/dev-secret-key")
     export DJANGO_SECRET_KEY
+}
+
+# Eight hex digits of this checkout's path (sha256 of `pwd -P`, as bench/run.py's
+# CHECKOUT_TAG): part of the names of the databases this checkout makes on a shared server,
+# so that two checkouts never use, or drop, each other's (D106).
+checkout_tag() {
+    printf '%s' "$(pwd -P)" | sha256sum | cut -c1-8
 }
 
 # True when a PostgreSQL server answers at $1 (a postgres:// URL).

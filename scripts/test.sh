@@ -3,7 +3,9 @@
 #
 # PostgreSQL: OBELISK_TEST_DATABASE_URL if set; otherwise the server on 127.0.0.1:5432 if
 # one answers; otherwise (or with OBELISK_TEST_PG=throwaway) a throwaway cluster started
-# here in a temporary directory, installing Debian's postgresql package if needed.
+# here in a temporary directory, installing Debian's postgresql package if needed. The test
+# database pytest-django creates (and drops) there is OBELISK_TEST_DATABASE_NAME, by default
+# test_obelisk_<checkout tag>: two checkouts sharing a server never drop each other's (D106).
 # Extra arguments go to pytest, e.g. scripts/test.sh -k fencing -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +31,10 @@ if [ ! -x /usr/bin/chromium ]; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
 fi
 
+export OBELISK_TEST_DATABASE_NAME="${OBELISK_TEST_DATABASE_NAME:-test_obelisk_$(checkout_tag)}"
+
 status=0
-echo "== tests on PostgreSQL ($OBELISK_TEST_DATABASE_URL)"
+echo "== tests on PostgreSQL ($OBELISK_TEST_DATABASE_URL, test database $OBELISK_TEST_DATABASE_NAME)"
 python -m pytest --ds=tests.settings_postgres "$@" || status=$?
 echo "== tests on SQLite"
 python -m pytest --ds=tests.settings_sqlite "$@" || status=$?

@@ -1,6 +1,8 @@
 """Test settings on PostgreSQL: ``OBELISK_TEST_DATABASE_URL`` (``scripts/test.sh`` sets it)."""
 
+import hashlib
 import os
+from pathlib import Path
 
 # Tests run as deployed (DEBUG off), so they need a key; scripts/test.sh exports the
 # checkout's own (var/dev-secret-key). A test-only key when pytest is run directly; the
@@ -15,5 +17,8 @@ DATABASES = {
         os.environ.get("OBELISK_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/obelisk")
     )
 }
-DATABASES["default"]["TEST"] = {"NAME": os.environ.get("OBELISK_TEST_DATABASE_NAME", "test_obelisk")}
+# The test database is this checkout's own (as scripts/test.sh names it, D106): two
+# checkouts testing against one server never drop each other's database.
+_CHECKOUT_TAG = hashlib.sha256(str(Path(__file__).resolve().parent.parent).encode()).hexdigest()[:8]
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("OBELISK_TEST_DATABASE_NAME", f"test_obelisk_{_CHECKOUT_TAG}")}
 OBELISK = {"COMPONENT_MODULES": ["tests.components"]}

@@ -493,14 +493,16 @@ def test_functions_come_with_their_schemas(api, deployed):
         {"name": "b", "schema": {"type": "integer"}},
     ]
     assert functions[ADD]["deployment_id"] == deployed
-    assert_error(api.get("/functions", {"deployment_id": "Dep_nope"}), 404, "unknown_deployment")
+    assert_error(api.get("/functions", {"deployment_id": "Dep_01JAAAAAAAAAAAAAAAAAAAAAAA"}), 404, "unknown_deployment")
+    assert_error(api.get("/functions", {"deployment_id": "Dep_nope"}), 400, "invalid_id")
 
 
 def test_deployments_list_and_detail(api, deployed):
     assert [d["deployment_id"] for d in api.get("/deployments").json()] == [deployed]
     detail = api.get(f"/deployments/{deployed}").json()
     assert detail["status"] == "active" and detail["components"][0]["name"] == "tests.components"
-    assert_error(api.get("/deployments/Dep_nope"), 404, "unknown_deployment")
+    assert_error(api.get("/deployments/Dep_01JAAAAAAAAAAAAAAAAAAAAAAA"), 404, "unknown_deployment")
+    assert_error(api.get("/deployments/Dep_nope"), 400, "invalid_id")
 
 
 def test_health_is_open_and_counts_the_backlog_of_due_executions():

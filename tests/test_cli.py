@@ -257,7 +257,7 @@ def test_operator_commands_act_through_the_store_audited_as_the_os_user():
     locked = helpers.lock(execution_id)
     store.append(execution_id, locked.next_version, Finished(retval=Err("no")), fence=locked.fence)
     retried = run("obelisk_retry", execution_id)
-    new_id = retried.stdout.decode().strip()
+    new_id = retried.stdout.decode().split()[-1]
     assert store.get_created(new_id).metadata["retry_of"] == execution_id
     trail = [(e.action, e.via, e.actor.startswith("os:")) for e in reversed(store.list_audit(execution_id))]
     assert trail == [(a, "cli", True) for a in ("pause", "resume", "run_now", "retry")]
@@ -372,3 +372,154 @@ def test_parse_seconds_accepts_exactly_finite_durations_up_to_100_years():
             _cli.parse_seconds(bad, "--in")
         assert str(info.value).startswith("validation_failed: --in must be"), bad
         assert len(str(info.value)) < MAX_ERROR_LINE
+
+
+# ---------------------------------------------------------------------------------------
+# What the commands print: the outcome, as the console says it (subprocesses)
+# ---------------------------------------------------------------------------------------
+
+
+def test_list_prints_each_executions_outcome_as_the_console_does():
+    """A cancelled or timed-out execution was listed as "finished", like one that succeeded:
+    the list says ok, error, timed_out, cancelled… (``executions.outcome``), as the badges do."""
+    expected = {
+        finished(Ok(3)): "ok",
+        finished(Err({"code": "E42"})): "error",
+        finished(ExecutionFailure("timed_out", "timed out after 1 s")): "timed_out",
+        finished(ExecutionFailure("cancelled", "cancelled")): "cancelled",
+        helpers.create(ADD, [1, 2]): "pending",
+    }
+    result = run("obelisk_list")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    printed = {line.split()[0]: line.split()[2] for line in result.stdout.decode().splitlines()}
+    assert printed == expected
+
+
+def test_status_says_a_paused_or_scheduled_execution_is_paused_or_when_it_is_due():
+    """``result: running`` was printed for an execution that was paused, or not due for an
+    hour: the result line says where it is instead."""
+    due = timezone.now() + timedelta(hours=1)
+    scheduled, _ = submit(ADD, [1, 2], scheduled_at=due)
+    result = run("obelisk_status", scheduled)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    lines = result.stdout.decode().splitlines()
+    assert lines[1] == f"result: none yet: scheduled for {due:%Y-%m-%d %H:%M:%S} UTC", lines
+    assert "running" not in result.stdout.decode()
+    paused, _ = submit(ADD, [1, 2], paused=True)
+    result = run("obelisk_status", paused)
+    lines = result.stdout.decode().splitlines()
+    assert lines[0] == f"{paused}  {ADD}  paused", lines
+    assert lines[1] == "result: none yet: paused", lines
+
+
+def test_retry_says_which_execution_it_retries_and_the_new_id():
+    """``obelisk_retry`` printed a bare id: it says the old id, the function and the new id."""
+    old = finished(Err("no"))
+    result = run("obelisk_retry", old)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    [line] = result.stdout.decode().splitlines()
+    new = line.rsplit(" ", 1)[-1]
+    assert line == f"{old}: {ADD} retried as {new}"
+    assert store.get_created(new).metadata["retry_of"] == old
+
+
+# ---------------------------------------------------------------------------------------
+# obelisk_token: bad input is one line, never a traceback, and writes nothing
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ada():
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("ada", password="pw")
+
+
+def token_refused(*argv: str | bytes, code: str, status: int = _cli.EXIT_ERROR) -> str:
+    """``obelisk_token`` exits 1 with one bounded ``CommandError: <code>: ...`` line on
+    stderr, nothing on stdout, and no token written or revoked."""
+    from obelisk_api.models import ApiToken
+
+    before = list(ApiToken.objects.order_by("pk").values())
+    result = run("obelisk_token", *argv)
+    line = error_line(result)
+    assert result.returncode == status, (result.returncode, line)
+    assert line.startswith(f"CommandError: {code}: "), line
+    assert result.stdout == b""
+    assert list(ApiToken.objects.order_by("pk").values()) == before
+    return line
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "quoted"),
+    [
+        (["create", b"ad\xffa"], "unsupported_value", "\\udcff"),
+        (["create", "ada", "--name", b"c\xffi"], "unsupported_value", "\\udcff"),
+        (["list", b"\xff"], "unsupported_value", "\\udcff"),
+        (["revoke", b"\xff\xfe"], "unsupported_value", "\\udcff"),
+        (["create", "ada", "--name", "n" * 201], "validation_failed", "201 characters"),
+        (["create", "u" * 100_000], "validation_failed", "100000 characters"),
+        (["revoke", "²"], "validation_failed", "²"),
+        (["revoke", "9" * 100_000], "validation_failed", "100000 characters"),
+        (["revoke", "99999999999999999999"], "validation_failed", "99999999999999999999"),
+        (["create", "nobody"], "not_found", "nobody"),
+        (["revoke", "zzzzzzzz"], "not_found", "zzzzzzzz"),
+    ],
+    ids=[
+        "invalid-utf8-user",
+        "invalid-utf8-name",
+        "invalid-utf8-list-user",
+        "invalid-utf8-prefix",
+        "name-over-200",
+        "user-100k",
+        "revoke-superscript-two",
+        "revoke-100k-digits",
+        "revoke-id-beyond-bigint",
+        "unknown-user",
+        "unknown-prefix",
+    ],
+)
+def test_token_command_refuses_bad_input_with_one_bounded_line(ada, argv, code, quoted):
+    """10 of 226 bad command lines gave ``obelisk_token`` tracebacks (UnicodeEncodeError,
+    DataError, ValueError from ``int('²')``); it now refuses like every other command."""
+    line = token_refused(*argv, code=code)
+    assert quoted in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["create", "ad\x00a"], ["create", "ada", "--name", "c\x00i"], ["list", "a\x00"], ["revoke", "ab\x00cdefg"]],
+    ids=["user", "name", "list-user", "prefix"],
+)
+def test_token_command_refuses_a_nul_character_with_a_typed_error(ada, argv):
+    """argv cannot carry NUL, but ``call_command`` can: PostgreSQL raised an untyped
+    ``DataError``; both databases refuse it as ``unsupported_value`` and write nothing."""
+    from django.core.management import call_command
+
+    from obelisk_api.models import ApiToken
+
+    with pytest.raises(CommandError) as info:
+        call_command("obelisk_token", *argv)
+    assert str(info.value).startswith("unsupported_value: "), str(info.value)
+    assert "\\x00" in str(info.value)
+    assert not ApiToken.objects.exists()
+
+
+def test_token_command_creates_lists_and_revokes_in_a_process(ada):
+    """The good path through the same layer: the token on stdout, the note on stderr."""
+    created = run("obelisk_token", "create", "ada", "--name", "ci")
+    assert created.returncode == 0, created.stderr.decode(errors="replace")
+    token = created.stdout.decode().strip()
+    assert len(token) == 43 and "keep it now" in created.stderr.decode()
+    listed = run("obelisk_token", "list", "ada")
+    assert token[:8] in listed.stdout.decode() and token not in listed.stdout.decode()
+    revoked = run("obelisk_token", "revoke", token[:8])
+    assert revoked.returncode == 0 and "revoked token" in revoked.stdout.decode()
+
+
+@pytest.mark.parametrize("argv", [["create"], ["revoke"], ["frobnicate"]], ids=["create", "revoke", "unknown"])
+def test_token_command_line_errors_are_one_usage_line_with_status_2(ada, argv):
+    """A subcommand's own argparse error (``create`` without a user) printed the usage text
+    on two lines: it is one ``usage_error`` line, as for every other command."""
+    line = token_refused(*argv, code="usage_error", status=_cli.EXIT_USAGE)
+    assert "obelisk_token" in line

@@ -135,11 +135,12 @@ LIST = "admin:obelisk_executions_executionstate_changelist"
 
 
 def page_url(execution_id: str) -> str:
-    return reverse("admin:obelisk_executions_executionstate_change", args=[quote(execution_id)])
+    """The id as it is (D90); ``quote(execution_id)``, the admin's escaping, still works."""
+    return reverse("admin:obelisk_executions_executionstate_change", args=[execution_id])
 
 
 def act_url(execution_id: str, action: str) -> str:
-    return reverse("admin:obelisk_executions_executionstate_act", args=[quote(execution_id), action])
+    return reverse("admin:obelisk_executions_executionstate_act", args=[execution_id, action])
 
 
 @pytest.fixture
@@ -345,3 +346,70 @@ def test_find_by_result_text_escapes_wildcards(scenario):
     assert store.find_by_result_text("NEVER WORKS") == [scenario.failed]
     assert store.find_by_result_text("%") == []
     assert scenario.error_value in store.find_by_result_text("E42")
+
+
+def test_a_persisted_value_reads_as_what_the_workflow_saw_and_each_history_event_has_a_title():
+    from executions.events import Persist
+
+    now = Persist(value=list(b"2030-01-01T12:00:00.123456+00:00"), kind={"type": "now"})
+    assert display.persisted_text(now) == "now = 2030-01-01 12:00:00.123 UTC"
+    number = Persist(value=list((42).to_bytes(8, "big")), kind={"type": "random_u64", "min": 0, "max_inclusive": 99})
+    assert display.persisted_text(number) == "random number = 42"
+    assert (
+        display.persisted_text(Persist(value=list(b"abc"), kind={"type": "random_string"})) == 'random string = "abc"'
+    )
+    assert display.event_title(HistoryEventRecord(event=now)) == "Time read (ctx.now)"
+    titles = [display.event_title(record.event) for record in _workflow_log()[0]]
+    assert titles == [
+        "Created",
+        "Locked (run started)",
+        "Join set opened",
+        "Child started",
+        "Waiting for a response",
+        "Locked (run started)",
+        "Finished",
+    ]
+
+
+@pytestmark_db
+def test_escaped_links_and_bad_ids_still_answer_without_an_error(admin_client, scenario):
+    escaped = reverse("admin:obelisk_executions_executionstate_change", args=[quote(scenario.child)])
+    assert "_5F" in escaped
+    body = admin_client.get(escaped).content.decode()
+    assert f'<h1 style="word-break:break-all">{scenario.child}</h1>' in body
+    for bad in ("E_nope", "E_01JAAAAAAAAAAAAAAAAAAAAAAA", "%00", "x" * 2000):
+        response = admin_client.get(f"/admin/obelisk_executions/executionstate/{bad}/change/")
+        assert response.status_code == 302, bad
+
+
+@pytestmark_db
+def test_bulk_retry_asks_first_then_retries_each_through_the_client(admin_client, scenario):
+    data = {"action": "retry_selected", "_selected_action": [scenario.failed, scenario.running]}
+    confirm = admin_client.post(reverse(LIST), data)
+    assert confirm.status_code == 200 and b"Yes, retry" in confirm.content
+    assert audits(scenario.failed) == []
+    response = admin_client.post(reverse(LIST), {**data, "post": "yes"}, follow=True)
+    assert audits(scenario.failed) == [("admin", "admin", "retry")]
+    assert audits(scenario.running) == []  # unfinished: the store refused, the page says why
+    text = response.content.decode()
+    assert "Retry 1 execution(s)" in text and scenario.running in text
+
+
+@pytestmark_db
+def test_the_audit_page_is_for_whoever_may_view_executions_and_filters_by_actor_and_time(client, scenario):
+    from executions import client as execution_client
+
+    execution_client.pause(scenario.pending, actor="bob", via="api")
+    execution_client.resume(scenario.pending, actor="carol", via="cli")
+    support.make_viewer()
+    client.login(username="viewer", password="viewer")
+    url = reverse("admin:obelisk_executions_auditentry_changelist")
+
+    def rows(**query) -> str:
+        return client.get(url, query).content.decode().split('id="result_list"')[1].split("</table>")[0]
+
+    bob = rows(actor="bob", when="today")
+    assert scenario.pending in bob and "pause" in bob and "carol" not in bob and "resume" not in bob
+    assert rows(when="1h", via="cli").count('class="field-actor"') == 1
+    assert client.post(url, {"action": "delete_selected"}).status_code in (200, 302, 403)
+    assert client.get(reverse("admin:obelisk_executions_auditentry_add")).status_code == 403

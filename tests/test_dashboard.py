@@ -9,12 +9,15 @@ gone once ``GONE_AFTER`` passes (asked with ``now=``, not waited for).
 
 from __future__ import annotations
 
+import html
+import re
 import signal
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from executions import store
 from executions.events import Err, ExecutionFailure, Finished, Ok
@@ -189,3 +192,65 @@ def test_a_killed_cluster_goes_gone_after_missed_heartbeats(request, tmp_path):
         later = info.last_seen_at + GONE_AFTER + timedelta(seconds=1)
         gone = _cluster_of(cluster.pid, now=later)
         assert not gone.alive and gone.stopped_at is None  # ...it just stopped reporting
+
+
+# -- the last hour, exact at any size (issue 36, item 2) ------------------------------------
+
+
+def _failures_then_a_burst(burst: int, now=NOW) -> list[str]:
+    """Three failures 35 minutes before ``now`` (one of them a workflow's child), an old
+    failure two hours before, then ``burst`` newer executions that finished ok."""
+    failed = []
+    for kind in ("uncategorized", "timed_out"):
+        execution_id = create(now=now - timedelta(minutes=36))
+        finish(execution_id, ExecutionFailure(kind, "boom"), now - timedelta(minutes=35))
+        failed.append(execution_id)
+    workflow = create_workflow(now=now - timedelta(minutes=37))
+    locked = lock(workflow, now=now - timedelta(minutes=37))
+    _, child, _ = block_on_child(workflow, locked, now=now - timedelta(minutes=37))
+    finish(child, ExecutionFailure("uncategorized", "child boom"), now - timedelta(minutes=35))
+    failed.append(child)
+    old = create(now=now - timedelta(hours=3))
+    finish(old, ExecutionFailure("uncategorized", "old"), now - timedelta(hours=2))
+    for i in range(burst):
+        execution_id = create(now=now - timedelta(minutes=30) + timedelta(seconds=i))
+        finish(execution_id, Ok(i), now - timedelta(minutes=20) + timedelta(seconds=i))
+    return failed
+
+
+@pytest.mark.django_db
+def test_failures_of_the_last_hour_are_counted_after_a_burst_of_newer_successes():
+    failed = _failures_then_a_burst(burst=12)
+    # A breakdown window smaller than the burst: the last hour must not depend on it.
+    data = store.dashboard(now=NOW, window=5)
+    assert data.failed_last_hour == len(failed) == 3
+    assert data.finished_last_hour == {"ok": 12, "uncategorized": 2, "timed_out": 1}
+    assert data.errors_last_hour == 0
+
+
+def _card_link(page: str, card: str) -> str:
+    match = re.search(rf'data-count="{card}"><a href="([^"]+)"', page)
+    assert match, f"no link on the {card} card"
+    return html.unescape(match.group(1))
+
+
+def _listed_ids(page: str) -> set[str]:
+    return set(re.findall(r'<span title="([^"]+)" class="obelisk-id">', page))
+
+
+@pytest.mark.django_db
+def test_each_last_hour_card_links_to_the_list_of_exactly_what_it_counts():
+    now = timezone.now()  # the list filters by the real clock
+    failed = _failures_then_a_burst(burst=3, now=now)
+    error = create(now=now - timedelta(minutes=11))
+    finish(error, Err({"code": 7}), now - timedelta(minutes=10))
+    admin_user = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(admin_user)
+    dashboard_page = client.get("/admin/").content.decode()
+    failed_page = client.get(_card_link(dashboard_page, "failed-last-hour")).content.decode()
+    assert _listed_ids(failed_page) == set(failed)  # the child too; not the old failure
+    finished_page = client.get(_card_link(dashboard_page, "finished-last-hour")).content.decode()
+    assert len(_listed_ids(finished_page)) == 7 and {error, *failed} <= _listed_ids(finished_page)
+    errors_page = client.get(_card_link(dashboard_page, "errors-last-hour")).content.decode()
+    assert _listed_ids(errors_page) == {error}

@@ -1,4 +1,6 @@
-"""The dashboard in a real browser: a worker cluster shows up alive, and gone once stopped.
+"""The dashboard in a real browser: a worker cluster shows up alive, and gone once stopped;
+the "failed, last hour" card counts exactly what its link lists (issue 36, item 2); the
+dashboard refreshes itself while open.
 
 Chromium (Debian's, through Playwright) logs in to the admin of a live server as a
 superuser; a real ``manage.py obelisk_worker`` cluster (``tests/workers_support.py``) runs
@@ -8,6 +10,7 @@ The browser is the session's (``tests/conftest.py``).
 
 from __future__ import annotations
 
+import re
 import signal
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +21,11 @@ from django.db import connections
 from django.utils import timezone
 
 from executions import store
+from executions.events import ExecutionFailure
+from executions.templatetags.obelisk_console import POLL_SECONDS
 from tests import components
+from tests.helpers import create
+from tests.test_dashboard import _failures_then_a_burst, finish
 from tests.workers_support import started_clusters, wait_until
 from workers.submission import submit
 
@@ -90,3 +97,39 @@ def test_the_dashboard_shows_a_cluster_alive_then_gone_once_stopped(page, live_s
         assert "gone" in row.locator("td").first.inner_text()
         for size in SIZES:
             screenshot(page, "gone", size)
+
+
+def test_the_failed_card_opens_the_list_of_exactly_the_failures_it_counts(page, live_server):
+    """Failures 35 minutes old, a burst of newer successes, an old failure and a failed
+    child: the card counts the three recent failures, and clicking it lists those three."""
+    failed = _failures_then_a_burst(burst=5, now=timezone.now())
+    page.goto(f"{live_server.url}/admin/")
+    card = page.locator("#obelisk-live [data-count=failed-last-hour]")
+    assert card.locator(".n").inner_text() == "3"
+    assert page.locator("#obelisk-live [data-count=finished-last-hour] .n").inner_text() == "8"
+    for size in SIZES:
+        screenshot(page, "failed-last-hour", size)
+    page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+    card.locator("a").click()
+    page.wait_for_url(re.compile(r"finished=1h"))
+    shown = {span.get_attribute("title") for span in page.locator("#result_list span.obelisk-id").all()}
+    assert shown == set(failed)
+    assert page.locator("#changelist-filter li.selected", has_text="last hour").count() == 1
+    assert page.locator("#changelist-filter li.selected", has_text="with children").count() == 1
+    for size in SIZES:
+        screenshot(page, "failed-last-hour-list", size)
+
+
+def test_the_dashboard_refreshes_itself_while_open(page, live_server):
+    page.goto(f"{live_server.url}/admin/")
+    count = page.locator("#obelisk-live [data-count=failed-last-hour] .n")
+    assert count.inner_text() == "0"
+    late = create(now=timezone.now() - timedelta(minutes=2))
+    finish(late, ExecutionFailure("uncategorized", "late"), timezone.now())
+    # The next poll (every POLL_SECONDS) brings it, with no reload.
+    page.wait_for_function(
+        "document.querySelector('#obelisk-live [data-count=failed-last-hour] .n').textContent.trim() === '1'",
+        timeout=(POLL_SECONDS + 15) * 1000,
+    )
+    assert page.evaluate("document.documentElement.dataset.obeliskPoll") == "polling"
+    page.goto("about:blank")  # no poll left running while the test database is emptied

@@ -38,6 +38,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from jsonschema import Draft202012Validator
 
 from executions import errors, store
 from executions.events import (
@@ -104,9 +105,10 @@ COMPONENT_OF = {"activity": ACTIVITY, "workflow": WORKFLOW}
 LOCK_DURATION = timedelta(seconds=10)
 
 
-def canonical(value) -> str:
-    """Parameters are compared as canonical JSON (decisions.md D19)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def same_params(a, b) -> bool:
+    """Parameters are compared as a JSON Schema validator compares JSON values (D104):
+    the oracle is ``const`` itself."""
+    return Draft202012Validator({"const": a}).is_valid(b)
 
 
 def exact(value) -> str:
@@ -123,8 +125,9 @@ def retry_delay(count: int, max_retries: int | None, backoff: timedelta) -> time
 
 
 # Values that must round-trip exactly (decision 15, contract item 7), with twins that
-# differ from them as JSON text (so a create with the twin is a Conflict), and a pair that
-# differs only in key order (the same canonical JSON: an idempotent create).
+# differ from them as JSON text only (``1e16`` and its integer, ``-0.0`` and ``0.0``: equal
+# values, so a create with the twin is idempotent, D104), and a pair that differs only in
+# key order (also idempotent).
 TRICKY_PARAMS = [
     [],
     [1e16],
@@ -187,6 +190,9 @@ class Model:
     join_nexts: dict[str, int] = field(default_factory=dict)
     responses: list[tuple[str, str, datetime]] = field(default_factory=list)  # (join set, child, at)
     blocked_on: str | None = None
+    # What the create asked for: a resubmission is the same call only with the same (D104).
+    created_paused: bool = False
+    created_scheduled_at: datetime | None = None
 
     @property
     def fence(self) -> store.Fence | None:
@@ -271,6 +277,8 @@ class StoreMachine(RuleBasedStateMachine):
             state=PENDING,
             lifecycle=ACTIVE,
             at=scheduled_at or self.now,
+            created_paused=paused,
+            created_scheduled_at=scheduled_at,
         )
         if paused:
             e.append("paused")
@@ -382,11 +390,14 @@ class StoreMachine(RuleBasedStateMachine):
             params = copy.deepcopy(e.params)
         elif other_kind:
             kind = "workflow" if e.kind == "activity" else "activity"
-        if kind == e.kind and canonical(params) == canonical(e.params):
-            outcome = store.create(self.request(kind, e.id, params), now=self.now)
+        asked = {"paused": e.created_paused, "scheduled_at": e.created_scheduled_at}
+        if kind == e.kind and same_params(params, e.params):
+            outcome = store.create(self.request(kind, e.id, params, **asked), now=self.now)
             assert outcome.already_existed
         else:
-            self.unchanged(errors.Conflict, lambda: store.create(self.request(kind, e.id, params), now=self.now))
+            self.unchanged(
+                errors.Conflict, lambda: store.create(self.request(kind, e.id, params, **asked), now=self.now)
+            )
 
     def create_many(self, index, new, existing):
         ids = [self.new_execution_id() for _ in range(new)]
@@ -394,7 +405,8 @@ class StoreMachine(RuleBasedStateMachine):
         old = self.pick(index, lambda e: e.parent is None)
         if old is not None and existing != "none":
             params = old.params if existing == "identical" else old.params + ["conflicting"]
-            requests.insert(index % (len(requests) + 1), self.request(old.kind, old.id, copy.deepcopy(params)))
+            asked = {"paused": old.created_paused, "scheduled_at": old.created_scheduled_at}
+            requests.insert(index % (len(requests) + 1), self.request(old.kind, old.id, copy.deepcopy(params), **asked))
         if old is not None and existing == "conflicting":
             self.unchanged(errors.Conflict, lambda: store.create_many(requests, now=self.now))
             return

@@ -4,7 +4,8 @@ Each test holds one guarantee a healthy execution depends on: a claimed executio
 lost to its lock while it waits in a worker, a stop (``SIGTERM``) hands work back instead
 of letting locks expire, a vanished worker is told apart from a real timeout, a database
 outage is ridden out quietly, one bad result does not poison its batch, a cancelled run
-records its own end, and lock renewals do not flood the history.
+records its own end, lock renewals do not flood the history, and a ``kill -9`` of the main
+process alone takes the whole cluster down and hands back what it held (issue 36).
 
 Like ``tests/test_workers.py``: real ``manage.py obelisk_worker`` clusters (subprocesses,
 ``tests/workers_support.py``) against the test database, the activities of
@@ -505,3 +506,52 @@ def test_lock_renewals_do_not_flood_the_history(clusters, tmp_path):
     assert samples > 0
     assert expired == [], "the lock had expired while the activity ran"
     assert variants(execution_id) == ["created", "locked", "finished"]
+
+
+# ---------------------------------------------------------------------------------------
+# 9. A killed main process (the OOM killer) takes its cluster down
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_killed_main_process_takes_its_cluster_down_and_hands_back_what_it_held(clusters, tmp_path):
+    """The OOM killer ends the ``obelisk_worker`` process with SIGKILL, and only it. Its
+    sentinel, pusher, monitor and workers used to run on: renewing the running activity's
+    lock, claiming and running new work, invisible on the dashboard. Now every process of
+    the cluster ends, nothing is claimed after the kill, and the running activities (8 s,
+    a 1 s lock, no retries; one in each worker) are handed back ("handed back", no retry
+    used). A second cluster then runs them and what was submitted after the kill; none
+    pays a retry."""
+    marks = Marks(tmp_path / "slow.marks")
+    first = clusters(workers=2)
+    held = [submit(SLOW, [8, str(marks.path)])[0] for _ in range(2)]
+    wait_until(
+        lambda: len({pid for what, _, pid, _, _ in marks.lines() if what == "start"}) == 2,
+        timeout=WAIT,
+        what="an activity to run in each worker",
+    )
+    members = first.members()
+    children = {pid for pid, parent in members.items() if parent == first.pid}
+    assert children and set(members) - children - {first.pid}, f"no sentinel and workers found: {members}"
+
+    killed_at = timezone.now()
+    first.signal_main(signal.SIGKILL)
+    first.process.wait(STOP_LIMIT)
+    later = [submit("test:acts/basic.add", [i, i])[0] for i in range(5)]
+    wait_until(lambda: not first.group_alive(), timeout=STOP_LIMIT, what="every process of the killed cluster to end")
+
+    late_locks = [
+        (execution_id, record.created_at)
+        for execution_id in [*held, *later]
+        for record in store.get(execution_id).events
+        if record.event.VARIANT == "locked" and record.created_at > killed_at
+    ]
+    assert late_locks == [], f"claimed after the kill (at {killed_at})"
+    assert [p for execution_id in held for p in handed_back_problems(execution_id, started=True)] == []
+    assert {execution_id: variants(execution_id) for execution_id in later} == {e: ["created"] for e in later}
+
+    clusters(workers=1)
+    results = outcomes([*held, *later])
+    assert results == {**{e: Ok("slept") for e in held}, **{e: Ok(2 * i) for i, e in enumerate(later)}}
+    assert [p for execution_id in [*held, *later] for p in healthy_history_problems(execution_id)] == []
+    ends = [(execution_id, pid) for what, execution_id, pid, _, _ in marks.lines() if what == "end"]
+    assert sorted(e for e, _ in ends) == sorted(held) and not {pid for _, pid in ends} & set(members), (ends, members)

@@ -163,9 +163,11 @@ class WorkerCluster:
         systemd and Kubernetes do on stop; ``SIGKILL`` for a vanished host)."""
         os.killpg(self.pid, signum)
 
-    def group_alive(self) -> bool:
-        """Whether any process of the cluster's process group is still running (zombies,
-        dead but not reaped, do not count)."""
+    def members(self) -> dict[int, int]:
+        """The running processes of the cluster's process group (zombies, dead but not
+        reaped, do not count), each with its parent's pid. Read from ``/proc``: a process
+        whose parent died still belongs to the group."""
+        found = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -175,8 +177,12 @@ class WorkerCluster:
                 continue
             # fields after the command name: state, ppid, pgrp, ...
             if fields[0] != "Z" and int(fields[2]) == self.pid:
-                return True
-        return False
+                found[int(entry.name)] = int(fields[1])
+        return found
+
+    def group_alive(self) -> bool:
+        """Whether any process of the cluster's process group is still running."""
+        return bool(self.members())
 
     def wait_exit(self, timeout: float) -> int:
         """Wait until the ``obelisk_worker`` process and every process of its group have

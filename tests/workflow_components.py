@@ -128,3 +128,22 @@ def ready_interrupt(ctx, marker: str, n: int) -> int:
             js.submit(work, marker, index, 0.0)
         ctx.sleep(timedelta(seconds=3))
         return sum(js.await_next(work)[1].value for _ in range(n))
+
+
+def undecorated_square(x: int) -> int:
+    """A plain function, never decorated (issue 36 item 8): no workflow can call it."""
+    return x * x
+
+
+@workflow(name="test:wfp/wf.calls-undecorated", lock_duration=WORKFLOW_LOCK)
+def calls_undecorated(ctx, x: int) -> int:
+    """A child call of a plain function: an authoring mistake that must fail at once."""
+    return ctx.call(undecorated_square, x)
+
+
+@workflow(name="test:wfp/wf.local-clock", lock_duration=WORKFLOW_LOCK)
+def local_clock(ctx) -> float:
+    """The wall clock through an import inside the function (issue 36 item 9)."""
+    import time
+
+    return time.time()

@@ -377,3 +377,160 @@ def talkative(ctx, x: int) -> int:
     value = ctx.call(chatty, x)
     ctx.log.info("chatty returned %s", value)
     return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Authoring mistakes (issue 36, items 8 and 9; ``tests/test_authoring_errors.py``)
+# ---------------------------------------------------------------------------------------------
+
+
+def plain_double(x: int) -> int:
+    """A plain function, never decorated: a workflow cannot call it as a child."""
+    return x * 2
+
+
+@workflow(name="test:wf/flows.calls-undecorated", lock_duration=LOCK)
+def calls_undecorated(ctx, how: str) -> object:
+    """Some history first (so a replaying run meets the mistake too), then a host call of a
+    function that is not a registered activity or workflow."""
+    ctx.call(fn2, 1)
+    if how == "call":
+        return ctx.call(plain_double, 2)
+    if how == "submit":
+        with ctx.join_set() as js:
+            js.submit(plain_double, 2)
+            return js.await_next(plain_double)[1].value
+    if how == "schedule":
+        return ctx.schedule(plain_double, 2)
+    if how == "invoke":
+        return ctx.invoke(plain_double, 2, label="twice")[0]
+    if how == "caught":  # a programming error, not an outcome the workflow can swallow
+        try:
+            return ctx.call(plain_double, 2)
+        except Exception:
+            return "swallowed"
+    if how == "unknown name":
+        return ctx.call("test:wf/acts.no-such-function", 2)
+    if how == "bad argument":
+        return ctx.call(fn2, "not a number")
+    raise ValueError(how)
+
+
+@workflow(name="test:wf/flows.forbidden-local", lock_duration=LOCK)
+def forbidden_local(ctx, what: str) -> str:
+    """Each source of non-determinism reached through an import *inside* the workflow
+    function (a local import), which the module's own names do not cover."""
+    ctx.call(fn2, 1)  # some history first: the guard also holds in a replaying run
+    if what == "import time":
+        import time
+
+        return repr(time.time())
+    if what == "from time import time":
+        from time import time
+
+        return repr(time())
+    if what == "from time import monotonic":
+        from time import monotonic
+
+        return repr(monotonic())
+    if what == "import datetime as d":
+        import datetime as d
+
+        return repr(d.datetime.now())
+    if what == "from datetime import datetime":
+        from datetime import datetime
+
+        return repr(datetime.now())
+    if what == "from datetime import date":
+        from datetime import date
+
+        return repr(date.today())
+    if what == "time.localtime()":
+        import time
+
+        return repr(time.localtime())
+    if what == "time.strftime(format)":
+        from time import strftime
+
+        return strftime("%H:%M:%S")
+    if what == "import random":
+        import random
+
+        return repr(random.random())
+    if what == "random.Random()":
+        import random
+
+        return repr(random.Random().random())
+    if what == "random.SystemRandom()":
+        import random
+
+        return repr(random.SystemRandom().random())
+    if what == "os.urandom":
+        import os
+
+        return repr(os.urandom(8))
+    if what == "from os import urandom":
+        from os import urandom
+
+        return repr(urandom(8))
+    if what == "secrets.token_hex":
+        import secrets
+
+        return repr(secrets.token_hex(8))
+    if what == "from secrets import token_bytes":
+        from secrets import token_bytes
+
+        return repr(token_bytes(8))
+    if what == "uuid.uuid1":
+        import uuid
+
+        return repr(uuid.uuid1())
+    if what == "uuid.uuid4":
+        import uuid
+
+        return repr(uuid.uuid4())
+    raise ValueError(what)
+
+
+@workflow(name="test:wf/flows.forbidden-seedless-random", lock_duration=LOCK)
+def forbidden_seedless_random(ctx, what: str) -> str:
+    """``random.Random()`` without a seed and ``uuid.uuid1()`` through the module's own names."""
+    ctx.call(fn2, 1)
+    if what == "random.Random()":
+        return repr(random.Random().random())
+    if what == "uuid.uuid1":
+        return repr(uuid.uuid1())
+    if what == "secrets.token_bytes":
+        return repr(secrets.token_bytes(4))
+    raise ValueError(what)
+
+
+@workflow(name="test:wf/flows.deterministic-uses", lock_duration=LOCK)
+def deterministic_uses(ctx) -> dict:
+    """What stays allowed in workflow code: the deterministic parts of the guarded modules
+    (local imports too), logging, and every host call (the engine's own code in this thread
+    reads the clock, draws ids and writes the store)."""
+    import datetime as d
+    import logging as log
+    import random as r
+    import time as t
+    import uuid as u
+
+    log.getLogger("tests.workflows").info("a plain log line from workflow code")
+    ctx.log.info("a replay-aware log line")
+    value = ctx.call(fn2, 3)
+    scheduled = ctx.schedule(fn2, 4, at=timedelta(hours=1))
+    with ctx.join_set() as js:
+        js.submit(fn1, 2)
+        _, doubled = js.await_next(fn1)
+    now = ctx.now()
+    return {
+        "value": value,
+        "doubled": doubled.value,
+        "scheduled": scheduled.startswith("E_"),
+        "seeded": r.Random(7).randint(0, 10**6) == r.Random(7).randint(0, 10**6),
+        "later": (d.datetime(2020, 1, 1) + d.timedelta(days=1)).isoformat(),
+        "is_datetime": isinstance(now, d.datetime),
+        "formatted": t.strftime("%Y", now.timetuple()),
+        "uuid": str(u.UUID(int=5)),
+    }

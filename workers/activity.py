@@ -28,6 +28,7 @@ from workers.registry import (
     DEFAULT_TIMEOUT,
     ActivityFunction,
     build,
+    check_target,
     register,
 )
 
@@ -97,4 +98,5 @@ def activity(
     def decorate(target: Callable) -> ActivityFunction:
         return register(build(target, name, max_retries, backoff, timeout, lock_duration))
 
+    check_target(fn, "@activity")
     return decorate(fn) if fn is not None else decorate

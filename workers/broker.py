@@ -19,7 +19,10 @@ tables instead of a task queue:
   line per outage (``executions.outage``), so the pusher lives on and claims resume within
   about a second of the database coming back;
 - ordinary django-q2 tasks (``async_task``, schedules) still go through the ORM queue this
-  class inherits, checked at every ``dequeue()``.
+  class inherits, checked at every ``dequeue()``;
+- a pusher or sentinel whose parent died ends at once (``workers.parent_death``, D96): on
+  Linux the kernel kills it; elsewhere ``dequeue()`` and ``set_stat()`` (the sentinel's
+  guard loop) check the parent's pid. Neither holds anything.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from django_q.signing import SignedPackage
 
 from executions import notify, store
 from executions.outage import DATABASE_ERRORS, Outage
-from workers import doorbell, lingering
+from workers import doorbell, lingering, parent_death
 from workers.shutdown import ignore_sigterm
 
 logger = logging.getLogger("obelisk.broker")
@@ -73,6 +76,7 @@ class ExecutionBroker(ORM):
     def dequeue(self):
         """Block until there is something for the pool (at most ``MAX_WAIT``); never raise
         for a database outage: django-q2 would kill the pusher and respawn it 10 s later."""
+        parent_death.exit_if_orphaned()
         try:
             tasks = self._dequeue()
         except DATABASE_ERRORS as error:
@@ -108,6 +112,7 @@ class ExecutionBroker(ORM):
     def set_stat(self, key: str, value: str, timeout: int):
         """Cluster statistics (saved by the sentinel every guard cycle): a database outage
         is logged once, not every half second (django-q2 would log each failure)."""
+        parent_death.exit_if_orphaned()
         try:
             result = super().set_stat(key, value, timeout)
         except DATABASE_ERRORS as error:

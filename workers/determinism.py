@@ -6,17 +6,27 @@ every time: wall-clock time, random numbers and fresh UUIDs would differ on repl
 durable versions live on the context and are recorded in the log on the first run
 (``ctx.now()``, ``ctx.random_u64()``, ``ctx.random_string()``, ``ctx.uuid()``).
 
-``guard_module(module)`` (called by ``@workflow`` for the module that defines the workflow)
-rebinds that module's own names: ``time``, ``random``, ``uuid``, ``os``, ``secrets`` and
-``datetime`` become proxies whose non-deterministic functions are guarded, and names
-imported from them (``from time import time``, ``from datetime import datetime``) become
-their guarded versions. Nothing global is patched: other modules, the engine, ``logging``
-and libraries see the standard library as it is. A guarded function raises only while a
-workflow runs in the calling thread (``guarding()``); otherwise it behaves as the original.
+Two ways in, both covered (D99):
+
+- the workflow module's own names: ``guard_module(module)`` (called by ``@workflow`` for the
+  module that defines the workflow) rebinds them: ``time``, ``random``, ``uuid``, ``os``,
+  ``secrets`` and ``datetime`` become proxies whose non-deterministic functions (and
+  classes: ``random.Random()`` without a seed, ``SystemRandom``, ``datetime.now()``) are
+  guarded, and names imported from them (``from time import time``) their guarded versions;
+- imports executed by that module's code while a workflow runs (``import time`` inside the
+  workflow function, ``from time import time``, ``import datetime as d``): an import hook
+  (``builtins.__import__``, wrapped once) hands such an import the same proxies. Any other
+  import, or one outside a workflow run, gets the real module after one thread-local read.
+
+Nothing else is patched: other modules, the engine's own code in the workflow's thread
+(clock reads, ULIDs, store writes), ``logging`` and libraries see the standard library as
+it is. A guarded function raises only while a workflow runs in the calling thread
+(``guarding()``); otherwise it behaves as the original (an activity in a workflow module).
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime as _datetime
 import functools
@@ -28,7 +38,12 @@ import time
 import types
 import uuid
 
-_state = threading.local()
+
+class _State(threading.local):
+    depth = 0  # workflow code runs in this thread (``guarding``); a class default: no lookup miss
+
+
+_state = _State()
 
 
 class DeterminismError(RuntimeError):
@@ -38,7 +53,7 @@ class DeterminismError(RuntimeError):
 @contextlib.contextmanager
 def guarding():
     """Workflow code runs inside (in this thread)."""
-    _state.depth = getattr(_state, "depth", 0) + 1
+    _state.depth += 1
     try:
         yield
     finally:
@@ -46,7 +61,7 @@ def guarding():
 
 
 def _check(name: str, instead: str) -> None:
-    if getattr(_state, "depth", 0):
+    if _state.depth:
         raise DeterminismError(
             f"`{name}` is not deterministic and cannot be used in a workflow (it would differ on replay); "
             f"use `{instead}`"
@@ -113,6 +128,43 @@ class _GuardedDate(_datetime.date, metaclass=_RealTypeChecks):
 
 
 _RANDOM = "ctx.random_u64(...) or ctx.random_string(...)"
+
+
+class _GuardedRandom(random.Random, metaclass=_RealTypeChecks):
+    """``random.Random``: seeded, it is deterministic and allowed; without a seed it seeds
+    itself from the operating system."""
+
+    _real = random.Random
+
+    def __init__(self, x=None):
+        if x is None:
+            _check("random.Random()", _RANDOM)
+        super().__init__(x)
+
+
+class _GuardedSystemRandom(random.SystemRandom, metaclass=_RealTypeChecks):
+    _real = random.SystemRandom
+
+    def __init__(self, x=None):
+        _check("random.SystemRandom()", _RANDOM)
+        super().__init__(x)
+
+
+def _guard_clock_default(original, name: str, arguments: int):
+    """``time.localtime()`` and the like read the clock only when not given a time (their
+    ``arguments``-th positional argument)."""
+
+    @functools.wraps(original)
+    def guarded(*args, **kwargs):
+        if len(args) < arguments:
+            _check(name, "ctx.now()")
+        return original(*args, **kwargs)
+
+    return guarded
+
+
+# time function -> its positional arguments up to the time it formats (with fewer: the clock)
+_CLOCK_DEFAULTS = {"localtime": 1, "gmtime": 1, "ctime": 1, "asctime": 1, "strftime": 2}
 # module -> {attribute: (what the error calls it, what to use instead)}
 _GUARDED: dict[types.ModuleType, dict[str, tuple[str, str]]] = {
     time: {
@@ -134,6 +186,15 @@ _GUARDED: dict[types.ModuleType, dict[str, tuple[str, str]]] = {
             "getrandbits",
             "randbytes",
             "gauss",
+            "normalvariate",
+            "lognormvariate",
+            "expovariate",
+            "vonmisesvariate",
+            "gammavariate",
+            "betavariate",
+            "paretovariate",
+            "weibullvariate",
+            "triangular",
         )
     },  # fmt: skip
     uuid: {"uuid1": ("uuid.uuid1()", "ctx.uuid()"), "uuid4": ("uuid.uuid4()", "ctx.uuid()")},
@@ -160,36 +221,62 @@ class _GuardedModule(types.ModuleType):
 
 def _guarded_callables() -> dict[int, object]:
     """id(original) -> guarded replacement, for names imported from the guarded modules."""
-    out: dict[int, object] = {id(_datetime.datetime): _GuardedDateTime, id(_datetime.date): _GuardedDate}
+    out: dict[int, object] = {
+        id(_datetime.datetime): _GuardedDateTime,
+        id(_datetime.date): _GuardedDate,
+        id(random.Random): _GuardedRandom,
+        id(random.SystemRandom): _GuardedSystemRandom,
+    }
     for module, names in _GUARDED.items():
         for attribute, (name, instead) in names.items():
             original = getattr(module, attribute, None)
             if original is not None:
                 out[id(original)] = _guard(original, name, instead)
+    for attribute, arguments in _CLOCK_DEFAULTS.items():
+        original = getattr(time, attribute)
+        out[id(original)] = _guard_clock_default(original, f"time.{attribute}()", arguments)
     return out
 
 
 def _proxies(replacements: dict[int, object]) -> dict[int, types.ModuleType]:
-    """id(module) -> its stand-in, whose guarded functions are ``replacements``'."""
-    proxies = {id(_datetime): _GuardedModule(_datetime, {"datetime": _GuardedDateTime, "date": _GuardedDate})}
-    for module, names in _GUARDED.items():
-        overrides = {a: replacements[id(getattr(module, a))] for a in names if hasattr(module, a)}
+    """id(module) -> its stand-in, whose guarded attributes are ``replacements``'."""
+    proxies = {}
+    for module in (time, random, uuid, os, secrets, _datetime):
+        overrides = {name: replacements[id(value)] for name, value in vars(module).items() if id(value) in replacements}
         proxies[id(module)] = _GuardedModule(module, overrides)
     return proxies
 
 
-_REPLACEMENTS: dict[int, object] | None = None
+_REPLACEMENTS: dict[int, object] = {}  # id(original function, class or module) -> guarded one
+_PROXIES: dict[int, types.ModuleType] = {}  # id(module) -> its stand-in
+_WORKFLOW_MODULES: set[str] = set()  # names of the guarded modules: their imports are guarded too
+_real_import = builtins.__import__
 
 
 def guard_module(module: types.ModuleType) -> None:
-    """Rebind ``module``'s names of non-deterministic functions and modules to guarded ones
-    (idempotent)."""
-    global _REPLACEMENTS
-    if _REPLACEMENTS is None:
+    """Rebind ``module``'s names of non-deterministic functions and modules to guarded ones,
+    and guard the imports its code executes while a workflow runs (idempotent)."""
+    if not _REPLACEMENTS:
         callables = _guarded_callables()
-        _REPLACEMENTS = {**callables, **_proxies(callables)}
+        _PROXIES.update(_proxies(callables))
+        _REPLACEMENTS.update({**callables, **_PROXIES})
+    if builtins.__import__ is not _guarded_import:
+        builtins.__import__ = _guarded_import
+    _WORKFLOW_MODULES.add(module.__name__)
     namespace = vars(module)
     for name, value in list(namespace.items()):
         replacement = _REPLACEMENTS.get(id(value))
         if replacement is not None:
             namespace[name] = replacement
+
+
+def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+    """``builtins.__import__``, which every ``import`` statement calls: an import that a
+    workflow module's code executes while a workflow runs in this thread gets the guarded
+    stand-in of a guarded module (``import time``, ``from time import time`` and ``import
+    datetime as d`` inside the workflow function); everything else, the real module. The
+    common case costs one thread-local read."""
+    module = _real_import(name, globals, locals, fromlist, level)
+    if _state.depth and globals is not None and globals.get("__name__") in _WORKFLOW_MODULES:
+        return _PROXIES.get(id(module), module)
+    return module

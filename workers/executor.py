@@ -102,8 +102,14 @@ class ActivityExecutor:
         self._accepting = False  # inside ``claim_and_run``: handed children will be run
         self._running = False  # a batch is under way: it is offered no children (D65)
         self._told_while_running = False  # activities were announced during the last batch
+        self._in_task = threading.Lock()  # held while a claim task runs (a dead parent waits for it, D96)
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
+        """Claim and run batches for up to ``budget`` seconds (``_claim_and_run``)."""
+        with self._in_task:
+            return self._claim_and_run(budget, linger)
+
+    def _claim_and_run(self, budget: float, linger: float) -> int:
         """Claim and run batches for up to ``budget`` seconds.
 
         When nothing is due, wait up to ``linger`` seconds for new work (``LISTEN
@@ -117,6 +123,7 @@ class ActivityExecutor:
         self.watchdog.on_slow_run = self._flush
         self.watchdog.on_long_run = self._hand_back
         self.watchdog.on_stop = self._hand_back
+        self.watchdog.on_orphaned = self._leave_orphaned
         deadline = time.monotonic() + budget
         idle_until = time.monotonic() + linger
         done = 0
@@ -484,6 +491,19 @@ class ActivityExecutor:
                 continue
             self._outage.recovered()
             return result
+
+    def _leave_orphaned(self) -> bool:
+        """The cluster's main process died (D96); asked by the watchdog at each tick. False
+        while a claim task runs: it claims nothing more, hands back and writes what it
+        ran. Then the workflow runs, which stop waiting, hand back within the grace
+        period, and True: nothing is held, the process may end. The claim task lock is
+        kept, so no claim task starts meanwhile."""
+        if not self._in_task.acquire(blocking=False):
+            return False
+        grace = conf.get("SHUTDOWN_GRACE").total_seconds()
+        self.workflows.dismiss_parked(wait=grace)
+        self.workflows.join(grace)
+        return True
 
     def _flush_and_hand_back(self) -> None:
         """Before a hard stop: save finished results and give back claims not yet started."""

@@ -33,7 +33,13 @@ DEFAULT_LOCK_DURATION = timedelta(seconds=10)
 
 
 class RegistrationError(Exception):
-    """A function cannot be registered (bad name, unsupported signature, duplicate)."""
+    """A function cannot be registered (bad name, unsupported signature, ill-typed option,
+    duplicate). One line that says what to write instead; ``where`` (``file:line`` of the
+    function, when known) lets a worker's start-up error point at it (D99)."""
+
+    def __init__(self, message: str, where: str | None = None):
+        super().__init__(message)
+        self.where = where
 
 
 class ArgumentError(ValueError):
@@ -199,27 +205,27 @@ def build(
     fn, name, max_retries, backoff, timeout, lock_duration, *, component_type: str = "activity", blocking="await"
 ) -> ActivityFunction:
     """A registered function from its signature. A workflow's first parameter is its context
-    (``WorkflowContext``), not an argument of the call."""
-    ffqn = name or default_ffqn(fn)
+    (``WorkflowContext``), not an argument of the call. Every mistake is a
+    ``RegistrationError`` raised here, when the module is imported, not at the first run."""
     try:
-        ffqn = str(FunctionFqn.parse(ffqn))
-    except Exception as error:
-        raise RegistrationError(str(error)) from None
-    if max_retries is not None and max_retries < 0:
-        raise RegistrationError(f"{ffqn}: max_retries must be >= 0 or None")
-    for what, value in (("timeout", timeout), ("lock_duration", lock_duration)):
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise RegistrationError(f"{ffqn}: {what} must be a positive timedelta")
+        return _build(fn, name, max_retries, backoff, timeout, lock_duration, component_type, blocking)
+    except RegistrationError as error:
+        error.where = error.where or _where(fn)
+        raise
+
+
+def _build(fn, name, max_retries, backoff, timeout, lock_duration, component_type, blocking) -> ActivityFunction:
+    ffqn = _ffqn(fn, name)
+    _check_options(ffqn, max_retries, backoff, timeout, lock_duration)
     if inspect.iscoroutinefunction(fn):
         raise RegistrationError(f"{ffqn}: async functions are not supported yet; use a plain function")
     signature = inspect.signature(fn)
     declared = list(signature.parameters.values())
     if component_type == "workflow":
-        if not declared:
-            raise RegistrationError(f"{ffqn}: a workflow takes its context as the first parameter")
+        _check_context_parameter(fn, ffqn, declared)
         declared = declared[1:]
     if blocking not in ("await", "interrupt"):
-        raise RegistrationError(f"{ffqn}: blocking must be 'await' or 'interrupt', not {blocking!r}")
+        raise RegistrationError(f'{ffqn}: blocking must be "await" or "interrupt", not {blocking!r}')
     parameters = []
     for p in declared:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
@@ -245,6 +251,88 @@ def build(
     )
 
 
+def check_target(target, decorator: str) -> None:
+    """``@activity("name")`` passes the name where the function goes: say how to write it."""
+    if isinstance(target, str):
+        raise RegistrationError(f'{decorator} takes its options by keyword: write `{decorator}(name="{target}")`')
+
+
+def _ffqn(fn, name) -> str:
+    if not callable(fn):
+        raise RegistrationError(f"{fn!r} is not a function: decorate a `def`")
+    if name is not None and not isinstance(name, str):
+        raise RegistrationError(
+            f'{default_ffqn(fn)}: name must be a string such as `name="myapp:billing/charge.run"`, '
+            f"not {type(name).__name__} {name!r}"
+        )
+    try:
+        return str(FunctionFqn.parse(name or default_ffqn(fn)))
+    except Exception as error:
+        raise RegistrationError(str(error)) from None
+
+
+def _check_options(ffqn: str, max_retries, backoff, timeout, lock_duration) -> None:
+    """The decorator's options, each of its type: a mistake such as ``backoff=1`` is refused
+    with what to write instead (issue 36 item 10)."""
+    if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
+        raise RegistrationError(
+            f"{ffqn}: max_retries must be a whole number >= 0, or None to retry forever, not {max_retries!r}"
+        )
+    for what, value in (("backoff", backoff), ("timeout", timeout), ("lock_duration", lock_duration)):
+        if not isinstance(value, timedelta):
+            seconds = repr(value) if isinstance(value, int | float) and not isinstance(value, bool) else "..."
+            raise RegistrationError(
+                f"{ffqn}: {what} must be a timedelta, not {type(value).__name__} {value!r}: "
+                f"write `{what}=timedelta(seconds={seconds})`"
+            )
+    if backoff < timedelta(0):
+        raise RegistrationError(f"{ffqn}: backoff must not be negative")
+    for what, value in (("timeout", timeout), ("lock_duration", lock_duration)):
+        if value <= timedelta(0):
+            raise RegistrationError(f"{ffqn}: {what} must be a positive timedelta")
+
+
+CONTEXT_NAMES = ("ctx", "context", "_ctx", "_context", "_")
+
+
+def _check_context_parameter(fn, ffqn: str, declared: list[inspect.Parameter]) -> None:
+    """A workflow's first parameter is its ``WorkflowContext``: named ``ctx`` (or
+    ``context``), or annotated ``WorkflowContext``. ``def f(x: int)`` would otherwise
+    register, and every call of it be refused for its number of arguments."""
+    if declared:
+        first = declared[0]
+        annotation = first.annotation
+        named = getattr(annotation, "__name__", annotation) if annotation is not inspect.Parameter.empty else None
+        positional = first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
+        if positional and first.default is inspect.Parameter.empty:
+            if isinstance(named, str) and named.rpartition(".")[2] == "WorkflowContext":
+                return
+            if first.name in CONTEXT_NAMES:
+                return
+    suggested = ", ".join(["ctx", *(_render(p) for p in declared)])
+    raise RegistrationError(
+        f"{ffqn}: a workflow takes its context as its first parameter: write `def {fn.__name__}({suggested})`"
+    )
+
+
+def _render(parameter: inspect.Parameter) -> str:
+    """``x: int = 3`` as written (an annotation kept as text under ``from __future__ import
+    annotations`` is shown as it was written, not quoted)."""
+    text = {parameter.VAR_POSITIONAL: "*", parameter.VAR_KEYWORD: "**"}.get(parameter.kind, "") + parameter.name
+    if parameter.annotation is not inspect.Parameter.empty:
+        annotation = parameter.annotation
+        text += ": " + (annotation if isinstance(annotation, str) else inspect.formatannotation(annotation))
+    if parameter.default is not inspect.Parameter.empty:
+        text += f" = {parameter.default!r}"
+    return text
+
+
+def _where(fn) -> str | None:
+    """``file:line`` of ``fn``'s ``def``, for a start-up error to point at."""
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else None
+
+
 def lookup(ffqn: str) -> ActivityFunction | None:
     """The registered function of that name, if this process imported it."""
     return _FUNCTIONS.get(ffqn)
@@ -257,9 +345,26 @@ def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunct
 
         modules = conf.get("COMPONENT_MODULES")
     for module in modules:
-        if module:
-            importlib.import_module(module.strip())
+        if module and module.strip():
+            _import_component(module.strip())
     return dict(_FUNCTIONS)
+
+
+def _import_component(module: str) -> None:
+    """Import one component module; one that does not exist is a ``RegistrationError`` that
+    names it and the setting (a typo there is the usual cause), not a traceback. An import
+    error *inside* an existing module is the module's own bug: its traceback is kept."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if not missing or not (module == missing or module.startswith(missing + ".")):
+            raise
+        raise RegistrationError(
+            f"component module `{module}` does not exist (no module named `{missing}`): fix "
+            "OBELISK_COMPONENT_MODULES (OBELISK['COMPONENT_MODULES']), a comma-separated list of "
+            "modules importable from the project, such as `myapp.activities,myapp.workflows`"
+        ) from None
 
 
 @functools.cache

@@ -983,6 +983,15 @@ class EventHistory:
         """Responses that arrived after the history was loaded (the Await loop, §4.2)."""
         self._queue.add(responses)
 
+    def refused(self, error: FatalWorkflowError) -> WorkflowSignal:
+        """A host call the context refused before it reached the history (a function that is
+        not registered, arguments that do not fit, D98): what to raise. It poisons the
+        history as a fatal error of the history's own does (§8.1), so the run fails at once;
+        after an earlier signal, that one (the first is kept)."""
+        if self._poison is None:
+            self._poison = error
+        return self._poison
+
     def flush(self) -> None:
         """Write buffered events (§3.6); the end of every run flushes (``finalize``)."""
         with self._host_call(extend=False):

@@ -16,7 +16,10 @@ The activity runs in the process's main thread. A ``Watchdog`` thread watches it
   that have not started (``on_long_run``);
 - when the worker is asked to stop (``workers.shutdown``) it has the executor hand back what
   has not started (``on_stop``) and, after ``OBELISK['SHUTDOWN_GRACE']``, interrupts the
-  running activity with ``ActivityShutdown``, which hands it back too.
+  running activity with ``ActivityShutdown``, which hands it back too;
+- when the cluster's main process died (``workers.parent_death``, D96) it does the same
+  without the grace period, and ends the process once the executor holds nothing
+  (``on_orphaned``).
 
 Whatever happens, the run's writes carry its fence (run id + lock generation): once the
 timer sweep has handled an expired lock, or the execution was re-locked, nothing this run
@@ -42,7 +45,7 @@ from executions import conf, errors, store
 from executions.events import Err, Event, ExecutionFailure, Finished, Ok, Unlocked
 from executions.outage import DATABASE_ERRORS, Outage, close_if_unusable_or_obsolete
 from executions.state_machine import Lifecycle
-from workers import shutdown
+from workers import parent_death, shutdown
 from workers.activity import ActivityContext, ActivityError, running
 from workers.capture import capturing
 from workers.registry import ActivityFunction, ArgumentError
@@ -110,6 +113,7 @@ class Watchdog:
         self.on_slow_run: Callable[[], None] | None = None
         self.on_long_run: Callable[[str], None] | None = None  # hand back the unstarted rest
         self.on_stop: Callable[[str], None] | None = None
+        self.on_orphaned: Callable[[], bool] | None = None  # True: nothing held, the process may end
         self._stop_handled = False
         self._main = threading.main_thread().ident
         self._thread: threading.Thread | None = None
@@ -120,6 +124,7 @@ class Watchdog:
         if self._thread is not None and self._thread.is_alive():
             return
         signal.signal(signal.SIGUSR1, self._on_signal)
+        parent_death.arm_hand_back()  # from here on this process may hold locks (D96)
         self._main = threading.main_thread().ident
         self._thread = threading.Thread(target=self._loop, name="obelisk-watchdog", daemon=True)
         self._thread.start()
@@ -181,6 +186,7 @@ class Watchdog:
 
     def _tick(self) -> None:
         self._check_stop()
+        self._check_orphaned()
         with self.lock:
             run = self.run
             if run is None or run.closed:
@@ -243,9 +249,23 @@ class Watchdog:
         """On the first tick after a stop request, hand back what has not started."""
         if not self._stop_handled and shutdown.stopping():
             self._stop_handled = True
-            logger.info("stopping: handing back unstarted executions; running ones get %s", _grace())
+            if parent_death.orphaned():
+                logger.warning("the cluster's main process is gone: handing back and stopping (D96)")
+            else:
+                logger.info("stopping: handing back unstarted executions; running ones get %s", _grace())
             if self.on_stop is not None:
                 self.on_stop("handed back unstarted: worker is stopping")
+
+    def _check_orphaned(self) -> None:
+        """The cluster's main process died (D96): the tick goes on (it interrupts the
+        running activity at once, ``shutdown.grace``, and renews its lock until it stops);
+        once the executor's claim task is over and its workflow runs have handed back
+        (``on_orphaned``), the process ends. Nobody would replace it: the sentinel is gone."""
+        if not parent_death.orphaned():
+            return
+        if self.on_orphaned is None or self.on_orphaned():
+            logger.warning("the cluster's main process is gone: worker process %d ends", os.getpid())
+            os._exit(0)
 
     def _grace_over(self) -> bool:
         asked = shutdown.stop_requested_at()
@@ -303,16 +323,18 @@ class Watchdog:
 
 
 def _grace() -> timedelta:
-    return conf.get("SHUTDOWN_GRACE")
+    return shutdown.grace()
 
 
 def interrupt_outcome(run: WatchedRun, interrupt: type[ActivityInterrupt]) -> Event | store.AttemptFailed:
     if interrupt is ActivityCancelled:
         return Finished(retval=ExecutionFailure("cancelled", "cancellation requested while running"))
     if interrupt is ActivityShutdown:
-        return Unlocked(
-            unlocked_at=datetime.now(UTC), reason="handed back after the shutdown grace period: worker is stopping"
-        )
+        if parent_death.orphaned():
+            reason = "handed back: the cluster's main process is gone"
+        else:
+            reason = "handed back after the shutdown grace period: worker is stopping"
+        return Unlocked(unlocked_at=datetime.now(UTC), reason=reason)
     reason = f"timed out after {run.spec.timeout.total_seconds():g} s"
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("timed_out", reason)), timed_out=True)
 

@@ -16,7 +16,10 @@ Who tells it to stop:
   and monitor ignore it (``ignore_sigterm``, installed by the broker before the sentinel
   forks) and leave the order to the ``obelisk_worker`` process; each worker process marks
   itself stopping (``install_worker_handler``). A worker told alone leaves once its claim
-  task is over, and the sentinel starts a fresh one.
+  task is over, and the sentinel starts a fresh one;
+- the death of the process that forked it (the OOM killer ended ``obelisk_worker``):
+  each process of the cluster finds out itself (``workers.parent_death``, D96) and stops
+  as if told, but gives a running activity no grace period.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ import logging
 import multiprocessing
 import signal
 import time
+from datetime import timedelta
+
+from executions import conf
+from workers import parent_death
 
 logger = logging.getLogger("obelisk.shutdown")
 
@@ -35,7 +42,8 @@ _told_alone = False  # this worker process got its own SIGTERM
 
 
 def prepare_cluster() -> None:
-    """Create the shared stop flag; call before the cluster forks its processes.
+    """Create the shared stop flag, and have every process of the cluster watch its
+    parent (D96); call before the cluster forks its processes.
 
     A lock-free byte, not a ``multiprocessing.Event`` (D85): the flag is set in a signal
     handler, and a handler runs nested inside the one before it when signals come in a
@@ -44,6 +52,7 @@ def prepare_cluster() -> None:
     once; the others only read it (also on the executor's hot path, now without a lock)."""
     global _cluster_stopping
     _cluster_stopping = multiprocessing.get_context("fork").RawValue(ctypes.c_bool, False)
+    parent_death.prepare_cluster()
 
 
 def request_cluster_stop() -> None:
@@ -55,10 +64,18 @@ def request_cluster_stop() -> None:
 
 
 def stop_requested_at() -> float | None:
-    """When this process learnt that it must stop (None: it need not)."""
-    if _stop_requested_at is None and _cluster_told():
+    """When this process learnt that it must stop (None: it need not): told, or its
+    parent died (a ``getppid`` per call in a cluster's process: the loops that claim and
+    renew ask here, D96)."""
+    if _stop_requested_at is None and (_cluster_told() or parent_death.orphaned()):
         _note_stop()
     return _stop_requested_at
+
+
+def grace() -> timedelta:
+    """How long a running activity may go on once this process must stop: none when the
+    cluster's main process died, which nobody waits for (D96)."""
+    return timedelta(0) if parent_death.orphaned() else conf.get("SHUTDOWN_GRACE")
 
 
 def _cluster_told() -> bool:
@@ -101,6 +118,6 @@ def install_worker_handler(**_) -> None:
 def leave_if_told_alone() -> None:
     """After a claim task: a worker that got its own SIGTERM while its cluster goes on
     exits, so the sentinel replaces it (a stopped worker must not sit in the pool)."""
-    if _told_alone and not _cluster_told():
+    if _told_alone and not _cluster_told() and not parent_death.orphaned():  # else: its watchdog ends it
         logger.info("worker process stopping on SIGTERM; the cluster replaces it")
         raise SystemExit(0)

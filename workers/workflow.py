@@ -29,15 +29,17 @@ builds the context around one run's ``replay.EventHistory``.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import traceback
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from executions.events import Err, Ok, RetVal
+from executions.events import Err, ExecutionFailure, Ok, RetVal
 from workers import determinism
-from workers.registry import ActivityFunction, ArgumentError, build, lookup, register
+from workers.registry import ActivityFunction, ArgumentError, build, check_target, lookup, register
 from workers.replay import (
     AllProcessed,
     ChildFailed,
@@ -100,6 +102,7 @@ def workflow(
             determinism.guard_module(module)
         return register(spec)
 
+    check_target(fn, "@workflow")
     return decorate(fn) if fn is not None else decorate
 
 
@@ -127,7 +130,7 @@ class WorkflowContext:
 
     def get(self, fn: Function, child_id: str) -> RetVal:
         """The result of a child whose response was already consumed (``-get``, §2.7)."""
-        spec, ffqn = _resolve(fn)
+        spec, ffqn = _resolve(self._history, fn)
         return _typed(spec, self._history.get(ffqn, child_id))
 
     # -- one-off calls -----------------------------------------------------------------------
@@ -137,9 +140,9 @@ class WorkflowContext:
         failure of the child (timed out, cancelled, nondeterminism, …) raises
         ``ChildFailed`` with ``retval`` (``Err`` or ``ExecutionFailure``): a typed outcome the
         workflow may catch, not a crash of its own."""
-        spec, ffqn = _resolve(fn)
+        spec, ffqn = _resolve(self._history, fn)
         try:
-            value = self._history.call(ffqn, _params(spec, args), _component_type(spec))
+            value = self._history.call(ffqn, _params(self._history, spec, args), _component_type(spec))
         except ChildFailed as failure:
             raise ChildFailed(failure.child_id, _typed(spec, failure.retval)) from None
         return _decode(spec, value)
@@ -147,8 +150,9 @@ class WorkflowContext:
     def invoke(self, fn: Function, *args: Any, label: str) -> tuple[str, RetVal]:
         """Like ``call`` in a one-off join set named after ``label``; returns
         ``(child id, Ok | Err | ExecutionFailure)`` instead of raising."""
-        spec, ffqn = _resolve(fn)
-        child_id, retval = self._history.invoke(label, ffqn, _params(spec, args), _component_type(spec))
+        spec, ffqn = _resolve(self._history, fn)
+        params = _params(self._history, spec, args)
+        child_id, retval = self._history.invoke(label, ffqn, params, _component_type(spec))
         return str(child_id), _typed(spec, retval)
 
     def sleep(self, duration_or_until: timedelta | datetime) -> datetime:
@@ -158,13 +162,13 @@ class WorkflowContext:
 
     def schedule(self, fn: Function, *args: Any, at: timedelta | datetime | None = None) -> str:
         """Start ``fn`` as a new top-level execution now or ``at`` a time; fire and forget."""
-        spec, ffqn = _resolve(fn)
-        return str(self._history.schedule(ffqn, _params(spec, args), at))
+        spec, ffqn = _resolve(self._history, fn)
+        return str(self._history.schedule(ffqn, _params(self._history, spec, args), at))
 
     def stub(self, fn: Function, child_id: str, value: Any = None, *, error: bool = False) -> None:
         """Supply the result of a child (normally an activity stub); ``StubConflict`` if it
         already finished with another value."""
-        _, ffqn = _resolve(fn)
+        _, ffqn = _resolve(self._history, fn)
         self._history.stub(ffqn, child_id, Err(value) if error else Ok(value))
 
     # -- deterministic values ----------------------------------------------------------------
@@ -206,8 +210,9 @@ class JoinSet:
 
     def submit(self, fn: Function, *args: Any) -> str:
         """Start ``fn`` (an activity or a child workflow) in this join set; its child id."""
-        spec, ffqn = _resolve(fn)
-        return str(self._ctx._history.submit(self.id, ffqn, _params(spec, args), _component_type(spec)))
+        history = self._ctx._history
+        spec, ffqn = _resolve(history, fn)
+        return str(history.submit(self.id, ffqn, _params(history, spec, args), _component_type(spec)))
 
     def submit_delay(self, duration_or_until: timedelta | datetime) -> str:
         """A durable timer in this join set; its response is ok when it fires."""
@@ -222,7 +227,7 @@ class JoinSet:
     def await_next(self, fn: Function) -> tuple[str, RetVal]:
         """Wait for the next response, a child of ``fn``: ``(child id, Ok | Err |
         ExecutionFailure)``; ``FunctionMismatch`` if it was another's (it is consumed)."""
-        spec, ffqn = _resolve(fn)
+        spec, ffqn = _resolve(self._ctx._history, fn)
         child_id, retval = self._ctx._history.await_next(self.id, ffqn)
         return str(child_id), _typed(spec, retval)
 
@@ -244,25 +249,57 @@ class _ReplayAwareLogger(logging.LoggerAdapter):
         super().log(level, msg, *args, **kwargs)
 
 
-def _resolve(fn: Function) -> tuple[ActivityFunction | None, str]:
+class RefusedCall(ImportedFunctionCallError):
+    """A host call refused before it reached the history (D98): a function that is not an
+    activity or a workflow, arguments its signature refuses. Fatal, as spec 002 §5.3 has
+    ``ImportedFunctionCallError``: the execution finishes failed in the run that meets it,
+    instead of being retried forever; ``detail`` shows where the workflow's code made it."""
+
+    def __init__(self, ffqn: str, message: str):
+        super().__init__(ffqn, message)
+        self.detail = _call_site()
+
+    def failure(self) -> ExecutionFailure:
+        return ExecutionFailure(self.kind, self.reason(), self.detail)
+
+
+def _resolve(history: EventHistory, fn: Function) -> tuple[ActivityFunction | None, str]:
+    """The registered function ``fn`` is (or names). A name is resolved by the writer, which
+    refuses one nobody registered; anything else must be a decorated function."""
     if isinstance(fn, ActivityFunction):
         return fn, fn.ffqn
     if isinstance(fn, str):
         return lookup(fn), fn
-    raise ImportedFunctionCallError(repr(fn), "a function is a registered @activity/@workflow or its name")
+    name = f"{fn.__module__}.{fn.__qualname__}" if hasattr(fn, "__qualname__") else repr(fn)
+    message = f"`{name}` is not an activity or a workflow; decorate it with @activity (or @workflow) to call it"
+    raise history.refused(RefusedCall(name, message + " from a workflow"))
 
 
 def _component_type(spec: ActivityFunction | None) -> str:
     return spec.component_type if spec is not None else "activity"
 
 
-def _params(spec: ActivityFunction | None, args: tuple) -> list:
+def _params(history: EventHistory, spec: ActivityFunction | None, args: tuple) -> list:
     if spec is None:
         return list(args)
     try:
         return spec.encode_arguments(list(args))
     except ArgumentError as error:
-        raise ImportedFunctionCallError(spec.ffqn, str(error)) from None
+        raise history.refused(RefusedCall(spec.ffqn, str(error))) from None
+
+
+def _call_site() -> str:
+    """The workflow's own frames (outermost first) up to the refused call, as a traceback
+    shows them: those between the authoring API's frames and the runner's."""
+    engine = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(engine):
+        frame = frame.f_back  # this module's own frames
+    own = []
+    while frame is not None and not frame.f_code.co_filename.startswith(engine):
+        own.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return "".join(traceback.format_list(traceback.StackSummary.extract(reversed(own))))
 
 
 def _decode(spec: ActivityFunction | None, value: Any) -> Any:

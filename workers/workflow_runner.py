@@ -52,6 +52,7 @@ from workers.registry import ActivityFunction, ArgumentError, lookup
 from workers.replay import (
     EventHistory,
     FatalWorkflowError,
+    ImportedFunctionCallError,
     NewExecution,
     WorkflowInterrupt,
     WorkflowSignal,
@@ -119,8 +120,12 @@ class StoreWriter:
 
     def _create_request(self, new: NewExecution) -> store.CreateRequest:
         spec = lookup(new.ffqn)
-        if spec is None:
-            raise errors.NotFound(f"function `{new.ffqn}` is not registered in this worker")
+        if spec is None:  # a typo, or a module this worker does not load: fatal, not retried (D98)
+            raise ImportedFunctionCallError(
+                new.ffqn,
+                f"`{new.ffqn}` is not registered in this worker: check the name, and that the module "
+                "defining it is in OBELISK_COMPONENT_MODULES (OBELISK['COMPONENT_MODULES'])",
+            )
         return store.CreateRequest(
             execution_id=new.execution_id,
             ffqn=new.ffqn,

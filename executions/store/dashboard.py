@@ -6,11 +6,14 @@ Every query here stays cheap on a big ``t_state``:
   pending executions (``t_state_pending_ffqn``), running ones and expired locks
   (``t_state_locked_expiry``), paused and cancelling ones (``t_state_lifecycle``), the
   oldest due execution (the head of ``t_state_pending_ffqn``);
-- the breakdown by state and by outcome, and what finished in the last hour, are counted
-  over the newest ``WINDOW`` executions (a range of ``t_state_created``): exact while the
-  table holds fewer, a bounded scan when it holds millions (``Dashboard.window_full`` says
-  which; the dashboard then labels them). An execution created before the window that
-  finished in the last hour is not counted then.
+- what finished in the last hour is exact too, by outcome: a range of
+  ``t_state_finished_at`` read from the index alone (D93), the same condition as the
+  list's "finished: last hour" filter (``listing.finished_since``), so a card's count and
+  the list its link opens agree;
+- the breakdown by state and by outcome over all time is counted over the newest
+  ``WINDOW`` executions (a range of ``t_state_created``): exact while the table holds
+  fewer, a bounded scan when it holds millions (``Dashboard.window_full`` says which; the
+  dashboard then labels it).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from datetime import datetime, timedelta
 from django.db import connection
 
 from executions.models import ExecutionState
-from executions.outcome import FAILURE_OUTCOMES, outcome_of
+from executions.outcome import FAILURE_OUTCOMES, outcome_of, outcome_of_result_kind
 from executions.state_machine import Lifecycle, State
 from executions.store.clusters import ClusterInfo, list_clusters
 from executions.store.common import _now
+from executions.store.listing import finished_since
 
 WINDOW = 100_000  # newest executions the breakdown by state and outcome covers
 RECENT = timedelta(hours=1)
@@ -48,6 +52,7 @@ class Dashboard:
     # Over the newest ``window`` executions (all of them unless ``window_full``).
     by_state: dict[str, int]  # t_state.state → count
     by_outcome: dict[str, int]  # outcome (executions.outcome) → count
+    # Exact: every execution that finished in the hour before ``now`` (D93).
     finished_last_hour: dict[str, int]  # finished outcome → count
     window: int
     window_full: bool
@@ -75,7 +80,7 @@ class Dashboard:
 def dashboard(now: datetime | None = None, *, window: int = WINDOW) -> Dashboard:
     """The dashboard's numbers at ``now`` (a handful of index-served queries)."""
     now = _now(now)
-    by_state, by_outcome, last_hour, counted = _breakdown(now, window)
+    by_state, by_outcome, counted = _breakdown(now, window)
     pending, scheduled = _pending_counts(now)
     running, expired = _locked_counts(now)
     lifecycles = dict(
@@ -98,7 +103,7 @@ def dashboard(now: datetime | None = None, *, window: int = WINDOW) -> Dashboard
         oldest_pending=oldest_pending(now),
         by_state=by_state,
         by_outcome=by_outcome,
-        finished_last_hour=last_hour,
+        finished_last_hour=finished_since_by_outcome(now - RECENT),
         window=window,
         window_full=counted >= window,
         clusters=tuple(list_clusters(now=now)),
@@ -117,6 +122,23 @@ def oldest_pending(now: datetime | None = None) -> OldestPending | None:
     if row is None:
         return None
     return OldestPending(row[0], row[1], row[2], max(timedelta(0), now - row[2]))
+
+
+def finished_since_by_outcome(since: datetime) -> dict[str, int]:
+    """Executions finished at or after ``since``, by outcome: exact at any table size, from
+    ``t_state_finished_at`` alone (D93)."""
+    rows = (
+        ExecutionState.objects.filter(finished_since(since))
+        .values_list("result_kind")
+        .annotate(n=_count())
+        .values_list("result_kind", "n")
+        .order_by()
+    )
+    counts: dict[str, int] = {}
+    for result_kind, n in rows:
+        outcome = outcome_of_result_kind(result_kind)
+        counts[outcome] = counts.get(outcome, 0) + n
+    return counts
 
 
 def backlog(now: datetime | None = None) -> dict[str, int]:
@@ -168,31 +190,27 @@ def _locked_counts(now: datetime) -> tuple[int, int]:
     return counts.get(0, 0) + counts.get(1, 0), counts.get(1, 0)
 
 
-def _breakdown(now: datetime, window: int) -> tuple[dict[str, int], dict[str, int], dict[str, int], int]:
-    """By state, by outcome and finished in the last hour, over the newest ``window``
-    executions: one GROUP BY over a ``t_state_created`` range."""
+def _breakdown(now: datetime, window: int) -> tuple[dict[str, int], dict[str, int], int]:
+    """By state and by outcome over the newest ``window`` executions: one GROUP BY over a
+    ``t_state_created`` range."""
     sql = (
         "SELECT state, lifecycle, result_kind,"
         " CASE WHEN pending_expires_finished <= %s THEN 1 ELSE 0 END AS due,"
-        " CASE WHEN pending_expires_finished >= %s THEN 1 ELSE 0 END AS recent,"
         " COUNT(*)"
         " FROM (SELECT state, lifecycle, result_kind, pending_expires_finished FROM t_state"
         " ORDER BY created_at DESC LIMIT %s) AS newest"
-        " GROUP BY state, lifecycle, result_kind, due, recent"
+        " GROUP BY state, lifecycle, result_kind, due"
     )
     by_state: dict[str, int] = {}
     by_outcome: dict[str, int] = {}
-    last_hour: dict[str, int] = {}
     counted = 0
     later = now + timedelta(seconds=1)
-    for state, lifecycle, result_kind, due, recent, n in _rows(sql, [_dt(now), _dt(now - RECENT), window]):
+    for state, lifecycle, result_kind, due, n in _rows(sql, [_dt(now), window]):
         counted += n
         by_state[state] = by_state.get(state, 0) + n
         outcome = outcome_of(state, lifecycle, result_kind, now if due else later, now)
         by_outcome[outcome] = by_outcome.get(outcome, 0) + n
-        if state == State.FINISHED and recent:
-            last_hour[outcome] = last_hour.get(outcome, 0) + n
-    return by_state, by_outcome, last_hour, counted
+    return by_state, by_outcome, counted
 
 
 def _dt(value: datetime):

@@ -88,7 +88,11 @@ _UNFINISHED_OUTCOME_STATUS = {
 }
 
 
-def _outcome_condition(outcomes, now: datetime) -> Q:
+def outcome_condition(outcomes, now: datetime) -> Q:
+    """The condition of an outcome filter (``failed`` is every failure kind), applied on
+    ``t_state`` itself: each finished outcome is a range of ``t_state_outcome``, each
+    unfinished one a condition the partial indexes serve (D93). ``ValidationFailed`` for an
+    unknown outcome."""
     try:
         expanded = expand_outcomes(outcomes)
     except ValueError as error:
@@ -99,6 +103,12 @@ def _outcome_condition(outcomes, now: datetime) -> Q:
         if outcome not in FINISHED_OUTCOMES:
             condition |= _status_condition(_UNFINISHED_OUTCOME_STATUS[outcome], now)
     return condition
+
+
+def finished_since(since: datetime) -> Q:
+    """Finished at or after ``since``: a range of ``t_state_finished_at`` (D93), the same
+    condition the dashboard's last hour counts."""
+    return Q(state=State.FINISHED, pending_expires_finished__gte=since)
 
 
 def _aware(value: object, what: str) -> datetime:
@@ -124,7 +134,7 @@ def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):
     if filters.created_before is not None:
         query = query.filter(created_at__lt=_aware(filters.created_before, "created_before"))
     if filters.outcomes:
-        query = query.filter(_outcome_condition(filters.outcomes, now))
+        query = query.filter(outcome_condition(filters.outcomes, now))
     if filters.ffqn_prefix:
         query = query.filter(ffqn__startswith=_filter_text(filters.ffqn_prefix, "function prefix"))
     if filters.execution_id_prefix:

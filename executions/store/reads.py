@@ -326,11 +326,24 @@ FROM {source}
 """
 
 
-def wait_for_finished_result(execution_id: str, *, timeout: float | None = None) -> RetVal:
-    """Block until the execution finishes; ``Timeout`` after ``timeout`` seconds."""
+def wait_for_finished_result(
+    execution_id: str, *, timeout: float | None = None, release_connection: bool = False
+) -> RetVal:
+    """Block until the execution finishes; ``Timeout`` after ``timeout`` seconds.
+    ``release_connection``: as for ``wait_for_finished`` (D100)."""
     execution_id = _eid(execution_id)
-    results = wait_for_finished([execution_id], timeout=timeout)
+    results = wait_for_finished([execution_id], timeout=timeout, release_connection=release_connection)
     return results[execution_id]
+
+
+# A wait that gives its connection back keeps it this long first: a result that comes
+# sooner costs no reconnect (nor the connection's prepared statements, D71) (D100).
+HOLD_CONNECTION_SECONDS = 0.1
+# How often a wait re-reads the tables without being told to: every second while it
+# holds its connection; every 5 s once it gave it back (a lost notification costs that
+# much latency; the LISTEN session says when it reconnected).
+RECHECK_SECONDS = 1.0
+RELEASED_RECHECK_SECONDS = 5.0
 
 
 def wait_for_finished(
@@ -338,16 +351,29 @@ def wait_for_finished(
     *,
     timeout: float | None = None,
     on_progress=None,
+    release_connection: bool = False,
 ) -> dict[str, RetVal]:
     """Block until all of ``execution_ids`` finish and return their values.
 
     Woken by ``obelisk_finished`` notifications (LISTEN/NOTIFY on PostgreSQL), re-checking
     the tables at least every second. ``on_progress(done, total)`` is called as results
     arrive. ``Timeout`` lists how many are still running.
+
+    ``release_connection`` (on PostgreSQL, outside a transaction): after the first
+    ``HOLD_CONNECTION_SECONDS`` this thread's connection is closed before each block, so a
+    long poll holds none while it waits; it waits on the process's one LISTEN session and
+    reads again only when a notification names an execution without its value, or the
+    session reconnected, or every ``RELEASED_RECHECK_SECONDS`` (D100).
     """
     remaining = {_eid(execution_id) for execution_id in execution_ids}
     total = len(remaining)
     deadline = None if timeout is None else time.monotonic() + timeout
+    release_after = (
+        time.monotonic() + HOLD_CONNECTION_SECONDS
+        if release_connection and notify.is_postgres() and not connection.in_atomic_block
+        else None
+    )
+    recheck = RECHECK_SECONDS if release_after is None else RELEASED_RECHECK_SECONDS
     results: dict[str, RetVal] = {}
     with notify.Listener([notify.FINISHED]) as listener:
         progress = _progress(list(remaining))
@@ -366,19 +392,32 @@ def wait_for_finished(
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise errors.Timeout(f"{len(remaining)} of {total} executions still running after {timeout} s")
-            wait = 1.0 if deadline is None else min(1.0, deadline - now)
-            notes = listener.wait(wait)
-            found, named = {}, set()
-            for note in notes:  # a short result comes with its notification
-                for execution_id, value in map(notify.parse_finished_item, note.items):
-                    if execution_id in remaining:
-                        named.add(execution_id)
-                        if value is not None:
-                            found[execution_id] = retval_from_json(value)
-            if time.monotonic() - last_full_check >= 1.0 or not notify.is_postgres():
+            wait = recheck if deadline is None else min(recheck, deadline - now)
+            if release_after is not None:
+                if now >= release_after:
+                    connection.close()
+                else:
+                    wait = min(wait, release_after - now)
+            found, named, everything = _woken_by(listener.wait(wait), remaining)
+            if everything or time.monotonic() - last_full_check >= recheck or not notify.is_postgres():
                 candidates = remaining - found.keys()
                 last_full_check = time.monotonic()
             else:
                 candidates = named - found.keys()
             if candidates:
                 found.update(get_finished_results(candidates))
+
+
+def _woken_by(notes: list[notify.Notification], remaining: set[str]) -> tuple[dict[str, RetVal], set[str], bool]:
+    """What ``obelisk_finished`` notifications say of ``remaining``: the values they carry
+    (a short result comes with its notification), the ids they name, and whether one named
+    nothing (the LISTEN session reconnected: anything may have finished meanwhile)."""
+    found, named, everything = {}, set(), False
+    for note in notes:
+        everything = everything or not note.items
+        for execution_id, value in map(notify.parse_finished_item, note.items):
+            if execution_id in remaining:
+                named.add(execution_id)
+                if value is not None:
+                    found[execution_id] = retval_from_json(value)
+    return found, named, everything

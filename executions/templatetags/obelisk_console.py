@@ -3,37 +3,50 @@
 The dashboard (``obelisk/dashboard.html``) shows what ``store.dashboard()`` reads: the
 executions by state and outcome, what finished and failed in the last hour, the oldest due
 execution, expired locks, and the worker clusters with their heartbeats. Only users who
-may view executions see it; the numbers are read once per page view (a handful of
-index-served queries, ``executions/store/dashboard.py``).
+may view executions see it; the numbers are read once per page view and again every
+``POLL_SECONDS`` while the page is open (a handful of index-served queries,
+``executions/store/dashboard.py``; the poll is ``obelisk/poll.html``'s).
+
+Each card links to the list filtered to what it counts (D93): the same outcome, the same
+window ("finished: last hour"), and children too, since the counts include them.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django import template
-from django.contrib.admin.utils import quote
 from django.urls import NoReverseMatch, reverse
 
 from executions import display, store
+from executions.admin_filters import without_jit
 from executions.outcome import FAILURE_OUTCOMES, FINISHED_OUTCOMES, UNFINISHED_OUTCOMES
 
 register = template.Library()
 
 VIEW_PERMISSION = "obelisk_executions.view_executionstate"
 LIVE = ("pending", "scheduled", "running", "paused", "cancelling")
+POLL_SECONDS = 10  # how often an open dashboard re-reads its numbers
 
 
 def _url(name: str, *args) -> str | None:
     try:
-        return reverse(name, args=[quote(a) for a in args])
+        return reverse(name, args=list(args))  # ids as they are, copyable (D90)
     except NoReverseMatch:
         return None
 
 
-def _outcome_link(outcome: str) -> str | None:
+def _list_link(**query: str) -> str | None:
+    """The executions list filtered by ``query``, children included (every count is)."""
     changelist = _url("admin:obelisk_executions_executionstate_changelist")
-    return f"{changelist}?outcome={outcome}" if changelist else None
+    if changelist is None:
+        return None
+    return f"{changelist}?{urlencode({**query, 'top_level': 'all'})}"
+
+
+def _outcome_link(outcome: str) -> str | None:
+    return _list_link(outcome=outcome)
 
 
 @register.inclusion_tag("obelisk/dashboard.html", takes_context=True)
@@ -42,7 +55,8 @@ def obelisk_dashboard(context):
     user = getattr(request, "user", None)
     if user is None or not user.has_perm(VIEW_PERMISSION):
         return {"visible": False}
-    data = store.dashboard()
+    with without_jit():  # (D95)
+        data = store.dashboard()
     now = data.now
     live = [{"name": name, "count": data.live.get(name, 0), "url": _outcome_link(name)} for name in LIVE]
     outcomes = [
@@ -83,6 +97,9 @@ def obelisk_dashboard(context):
         "oldest": oldest,
         "clusters": clusters,
         "alive_clusters": sum(1 for c in data.clusters if c.alive),
-        "failed_url": _outcome_link("failed"),
+        "failed_url": _list_link(outcome="failed", finished="1h"),
+        "errors_url": _list_link(outcome="error", finished="1h"),
+        "finished_url": _list_link(finished="1h"),
         "running_url": _outcome_link("running"),
+        "poll_seconds": POLL_SECONDS,
     }

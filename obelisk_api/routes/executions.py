@@ -9,12 +9,16 @@ from ninja import Query, Router
 
 from executions import client, errors, store
 from executions.ids import ExecutionId
-from obelisk_api import rendering
+from obelisk_api import rendering, waiting
 from obelisk_api.schemas import (
-    ERROR_STATUSES,
+    LIST_ERRORS,
     MAX_BIGINT,
+    PAGE_ERRORS,
+    READ_ERRORS,
+    WAIT_ERRORS,
     AuditPage,
     ErrorOut,
+    ExecutionIdText,
     ExecutionOut,
     ExecutionPage,
     HistoryPage,
@@ -27,14 +31,14 @@ router = Router(tags=["executions"])
 MAX_WAIT_SECONDS = 60.0
 
 
-@router.get("/executions", response={200: ExecutionPage, ERROR_STATUSES: ErrorOut})
+@router.get("/executions", response={200: ExecutionPage, LIST_ERRORS: ErrorOut})
 def list_executions(
     request,
     function: str | None = Query(None, description="function name prefix, e.g. `py:demo/`"),
     status: list[str] = Query([], description=f"repeatable, ORed: {', '.join(store.STATUS_FILTERS)}"),
     outcome: list[str] = Query([], description="repeatable, ORed: ok, error, failed, timed_out, pending, running…"),
     top_level_only: bool = True,
-    parent: str | None = Query(None, description="only the direct children of this execution"),
+    parent: ExecutionIdText | None = Query(None, description="only the direct children of this execution"),
     created_after: datetime | None = Query(None, description="inclusive, timezone-aware"),
     created_before: datetime | None = Query(None, description="exclusive, timezone-aware"),
     older_than: str | None = Query(None, description="`next_cursor` of the previous page"),
@@ -56,16 +60,16 @@ def list_executions(
     return rendering.page(found)
 
 
-@router.get("/executions/{execution_id}", response={200: ExecutionOut, ERROR_STATUSES: ErrorOut})
-def get_execution(request, execution_id: str):
+@router.get("/executions/{execution_id}", response={200: ExecutionOut, READ_ERRORS: ErrorOut})
+def get_execution(request, execution_id: ExecutionIdText):
     """State, outcome, result, arguments, timestamps, attempts and tree links."""
     return rendering.detail(client.get(execution_id))
 
 
-@router.get("/executions/{execution_id}/history", response={200: HistoryPage, ERROR_STATUSES: ErrorOut})
+@router.get("/executions/{execution_id}/history", response={200: HistoryPage, PAGE_ERRORS: ErrorOut})
 def history(
     request,
-    execution_id: str,
+    execution_id: ExecutionIdText,
     from_version: int = Query(0, ge=0, le=MAX_BIGINT),
     limit: int = Query(100, ge=1, le=1000),
 ):
@@ -80,9 +84,12 @@ def history(
     }
 
 
-@router.get("/executions/{execution_id}/responses", response={200: ResponsesPage, ERROR_STATUSES: ErrorOut})
+@router.get("/executions/{execution_id}/responses", response={200: ResponsesPage, PAGE_ERRORS: ErrorOut})
 def responses(
-    request, execution_id: str, after_seq: int = Query(0, ge=0, le=MAX_BIGINT), limit: int = Query(100, ge=1, le=1000)
+    request,
+    execution_id: ExecutionIdText,
+    after_seq: int = Query(0, ge=0, le=MAX_BIGINT),
+    limit: int = Query(100, ge=1, le=1000),
 ):
     """The join-set responses it received (children's results, fired delays), by `seq`."""
     store.get_state(execution_id)  # 404 for an unknown execution, not an empty list
@@ -96,9 +103,12 @@ def responses(
     }
 
 
-@router.get("/executions/{execution_id}/logs", response={200: LogsPage, ERROR_STATUSES: ErrorOut})
+@router.get("/executions/{execution_id}/logs", response={200: LogsPage, PAGE_ERRORS: ErrorOut})
 def logs(
-    request, execution_id: str, after_id: int = Query(0, ge=0, le=MAX_BIGINT), limit: int = Query(100, ge=1, le=1000)
+    request,
+    execution_id: ExecutionIdText,
+    after_id: int = Query(0, ge=0, le=MAX_BIGINT),
+    limit: int = Query(100, ge=1, le=1000),
 ):
     """What its runs logged and printed; `next_after_id` continues while the page was full."""
     store.get_state(execution_id)
@@ -110,19 +120,26 @@ def logs(
     }
 
 
-@router.get("/executions/{execution_id}/wait", response={200: WaitOut, ERROR_STATUSES: ErrorOut})
-def wait(request, execution_id: str, timeout: float = Query(30.0, ge=0, le=MAX_WAIT_SECONDS)):
-    """Block until it finishes or `timeout` seconds (at most 60) pass. Always 200 for an
-    existing execution: `finished` says which happened, so a client loops on one shape."""
+@router.get("/executions/{execution_id}/wait", response={200: WaitOut, WAIT_ERRORS: ErrorOut})
+def wait(request, execution_id: ExecutionIdText, timeout: float = Query(30.0, ge=0, le=MAX_WAIT_SECONDS)):
+    """Block until it finishes or `timeout` seconds (at most 60) pass; the server waits at
+    most its `OBELISK['MAX_WAIT']` (25 s by default, below the WSGI server's request
+    timeout, D102). Always 200 for an existing execution: `finished` says which happened,
+    so a client loops on one shape. The wait holds no database connection while it blocks
+    (D100). Past the server's caps on open waits (per process, per user): 429
+    `too_many_waits` with `Retry-After` (D101)."""
     try:
-        result = client.wait(execution_id, timeout=timeout)
+        with waiting.admitted(request.auth):
+            result = client.wait(execution_id, timeout=waiting.capped(timeout))
+    except waiting.TooManyWaits as refused:
+        return refused.response()
     except errors.Timeout:
         result = None
     return rendering.waited(str(ExecutionId.parse(execution_id)), result)  # the wait found it: no read
 
 
-@router.get("/executions/{execution_id}/audit", response={200: AuditPage, ERROR_STATUSES: ErrorOut})
-def audit(request, execution_id: str, limit: int = Query(100, ge=1, le=1000)):
+@router.get("/executions/{execution_id}/audit", response={200: AuditPage, PAGE_ERRORS: ErrorOut})
+def audit(request, execution_id: ExecutionIdText, limit: int = Query(100, ge=1, le=1000)):
     """Who acted on it (submit, cancel, pause, resume, retry, stub), newest first."""
     entries = client.audit_trail(execution_id, limit=limit)
     if not entries:

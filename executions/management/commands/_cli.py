@@ -7,6 +7,7 @@ a refused command writes nothing. The exit statuses are defined here, once.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -85,16 +86,7 @@ class ObeliskCommand(BaseCommand):
     def create_parser(self, prog_name, subcommand, **kwargs):
         kwargs.setdefault("epilog", EXIT_CODES_HELP)
         parser = super().create_parser(prog_name, subcommand, **kwargs)
-
-        def error(message):
-            line = f"usage_error: {one_line(message)} (see `{one_line(parser.prog, 100)} --help`)"
-            if parser.called_from_command_line:
-                # Django parses argv outside its CommandError handler: print and exit here.
-                sys.stderr.write(f"CommandError: {line}\n")
-                sys.exit(EXIT_USAGE)
-            raise CommandError(line, returncode=EXIT_USAGE)
-
-        parser.error = error
+        _one_line_errors(parser, parser.called_from_command_line)
         return parser
 
     def execute(self, *args, **options):
@@ -111,6 +103,25 @@ class ObeliskCommand(BaseCommand):
             raise CommandError(f"database_error: {one_line(first)}", returncode=EXIT_ERROR) from error
         except KeyboardInterrupt:
             raise CommandError("interrupted", returncode=EXIT_INTERRUPTED) from None
+
+
+def _one_line_errors(parser, called_from_command_line: bool) -> None:
+    """argparse's errors of ``parser`` and of its subcommands' parsers (``obelisk_token
+    create``) as one ``usage_error`` line, exit status 2."""
+
+    def error(message):
+        line = f"usage_error: {one_line(message)} (see `{one_line(parser.prog, 100)} --help`)"
+        if called_from_command_line:
+            # Django parses argv outside its CommandError handler: print and exit here.
+            sys.stderr.write(f"CommandError: {line}\n")
+            sys.exit(EXIT_USAGE)
+        raise CommandError(line, returncode=EXIT_USAGE)
+
+    parser.error = error
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _one_line_errors(subparser, called_from_command_line)
 
 
 def _leave_quietly() -> None:
@@ -148,18 +159,45 @@ class ExecutionActionCommand(ObeliskCommand):
         self.stdout.write(self.act(execution_id, cli_actor()))
 
 
+def where_it_is(state: ExecutionSnapshot) -> str:
+    """The execution's outcome in the console's words (``executions.outcome``: ok, error,
+    timed_out, cancelled…, or running, paused, pending…); a scheduled one says when it is due
+    (D107)."""
+    outcome = state.outcome(timezone.now())
+    if outcome == "scheduled":
+        return f"scheduled for {state.pending_expires_finished:%Y-%m-%d %H:%M:%S} UTC"
+    return outcome
+
+
 def status_line(state: ExecutionSnapshot) -> str:
-    status = state.status
-    if state.state == "pending_at" and state.lifecycle == "active" and state.pending_expires_finished > timezone.now():
-        status = f"scheduled for {state.pending_expires_finished:%Y-%m-%d %H:%M:%S}"
+    """One line per execution (``obelisk_list``, ``obelisk_status``): id, function, outcome."""
+    status = where_it_is(state)
     if state.intermittent_event_count:
         status += f", {state.intermittent_event_count} failed attempt(s)"
     return f"{state.execution_id}  {state.ffqn}  {status}"
 
 
-def result_line(execution_id: str) -> str:
-    retval = store.get_finished_result(execution_id)
-    return "running" if retval is None else display.describe_retval(retval)
+def result_line(state: ExecutionSnapshot) -> str:
+    """The result, or where an unfinished execution is (never "running" for a paused or
+    scheduled one)."""
+    retval = store.get_finished_result(state.execution_id)
+    return f"none yet: {where_it_is(state)}" if retval is None else display.describe_retval(retval)
+
+
+def tree_lines(execution_id: str) -> list[str]:
+    """An execution and its children, indented by depth: duration, FULL id (to paste into
+    ``obelisk_status``), function, outcome (D107)."""
+    now = timezone.now()
+    lines = []
+    for state, retval in store.get_tree(execution_id):
+        depth = state.execution_id.count(".")
+        if retval is None:
+            outcome, took = state.outcome(now), ""
+        else:
+            outcome = display.describe_retval(retval)
+            took = f"{(state.pending_expires_finished - state.created_at).total_seconds() * 1000:8.1f} ms  "
+        lines.append(f"{'  ' * (depth + 1)}{took}{state.execution_id}  {state.ffqn}  {outcome}")
+    return lines
 
 
 def check_result(execution_id: str, retval: RetVal | None = None) -> None:

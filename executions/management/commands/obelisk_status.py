@@ -6,6 +6,7 @@ from executions.management.commands._cli import (
     parse_seconds,
     result_line,
     status_line,
+    tree_lines,
     wait_with_progress,
 )
 
@@ -41,7 +42,7 @@ class Command(ObeliskCommand):
             wait_with_progress([execution_id], timeout)
         log = store.get(execution_id)
         self.stdout.write(status_line(log.state))
-        self.stdout.write(f"result: {result_line(log.state.execution_id)}")
+        self.stdout.write(f"result: {result_line(log.state)}")
         failure = last_failure(log)
         if failure is not None and (options["verbosity"] >= 2 or log.state.is_finished):
             version, reason, detail = failure
@@ -57,7 +58,7 @@ class Command(ObeliskCommand):
             for line in display.format_logs(store.list_logs(log.state.execution_id, limit=10_000)):
                 self.stdout.write(line)
         if tree:
-            for line in display.format_tree(log.state.execution_id):
+            for line in tree_lines(log.state.execution_id):
                 self.stdout.write(line)
         if wait:
             check_result(log.state.execution_id)

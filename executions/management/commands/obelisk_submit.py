@@ -3,7 +3,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from executions import client, errors
+from executions import client, errors, store
 from executions.management.commands._cli import (
     ObeliskCommand,
     check_result,
@@ -60,5 +60,5 @@ class Command(ObeliskCommand):
         self.stdout.write(f"{execution_id}{note}")
         if wait:
             wait_with_progress([execution_id], timeout)
-            self.stdout.write(result_line(execution_id))
+            self.stdout.write(result_line(store.get_state(execution_id)))
             check_result(execution_id)

@@ -1,6 +1,8 @@
 """The README's main job: run sample activities through a real worker cluster."""
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,7 +13,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from executions import conf, display, store
-from executions.management.commands._cli import ObeliskCommand, parse_seconds, status_line, wait_with_progress
+from executions.management.commands._cli import (
+    ObeliskCommand,
+    parse_seconds,
+    status_line,
+    tree_lines,
+    wait_with_progress,
+)
 from workers.submission import submit
 
 SAMPLES = [
@@ -24,6 +32,11 @@ SAMPLES = [
         "a workflow: fans out 3 activities in a join set, sleeps 1 s on a durable timer, calls a child workflow",
     ),
 ]
+
+
+def call_text(ffqn: str, arguments: list) -> str:
+    """A call as a person writes it, arguments as JSON: ``py:demo/activities.greet("world")``."""
+    return f"{ffqn}({', '.join(json.dumps(argument) for argument in arguments)})"
 
 
 class Command(ObeliskCommand):
@@ -55,7 +68,7 @@ class Command(ObeliskCommand):
             for ffqn, arguments, what in SAMPLES:
                 execution_id, _ = submit(ffqn, arguments)
                 ids.append(execution_id)
-                self.stdout.write(f"  submitted {execution_id}  {ffqn}{tuple(arguments)}: {what}")
+                self.stdout.write(f"  submitted {execution_id}  {call_text(ffqn, arguments)}: {what}")
             self.stdout.write("Waiting for the results...")
             wait_with_progress(ids, timeout, out=self.stdout)
         finally:
@@ -70,8 +83,10 @@ class Command(ObeliskCommand):
             self.stdout.write(status_line(log.state))
             for line in display.format_history(log):
                 self.stdout.write(line)
-        self.stdout.write("\nThe workflow's tree of executions (child results and timings):")
-        for line in display.format_tree(ids[-1]):
+        self.stdout.write(
+            "\nThe workflow's tree of executions (child results and timings; any id works with obelisk_status):"
+        )
+        for line in tree_lines(ids[-1]):
             self.stdout.write(line)
         self._console_hint()
 
@@ -90,10 +105,15 @@ class Command(ObeliskCommand):
                 "`python manage.py createsuperuser`."
             )
             login = ""
+        var_dir = (
+            f" OBELISK_VAR_DIR={shlex.quote(os.environ['OBELISK_VAR_DIR'])}"
+            if os.environ.get("OBELISK_VAR_DIR")
+            else ""
+        )
         self.stdout.write(
             "\nWhere to look: in a shell in this directory, run\n"
             "  . .venv/bin/activate\n"
-            "  export DJANGO_DEBUG=1 OBELISK_COMPONENT_MODULES=demo.activities,demo.workflows\n"
+            f"  export DJANGO_DEBUG=1 OBELISK_COMPONENT_MODULES=demo.activities,demo.workflows{var_dir}\n"
             "  python manage.py runserver\n"
             "then open\n"
             f"  http://127.0.0.1:8000/admin/      the operator console{login}: executions, events, worker clusters\n"

@@ -1,7 +1,7 @@
 import signal
 import time
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 
@@ -29,7 +29,7 @@ class Command(BaseCommand):
         if workers:
             Conf.WORKERS = workers
             Conf.QUEUE_LIMIT = workers * 2
-        functions = load_components()
+        functions = self._load_components(load_components)
         deployment_id = ensure_code_deployment(functions, activate=True)
         self.stdout.write(
             f"worker cluster: {Conf.WORKERS} process(es), deployment {deployment_id}, "
@@ -64,6 +64,18 @@ class Command(BaseCommand):
         sweeper.stop()
         telemetry.shutdown()
         self.stdout.write("worker cluster stopped")
+
+    @staticmethod
+    def _load_components(load_components) -> dict:
+        """The component modules, or one line that says what is wrong and where (a module
+        that does not exist, a decorator mistake), instead of a traceback (issue 36 item 10)."""
+        from workers.registry import RegistrationError
+
+        try:
+            return load_components()
+        except RegistrationError as error:
+            where = f" ({error.where})" if error.where else ""
+            raise CommandError(f"{error}{where}") from None
 
     @staticmethod
     def _wait_for_the_sentinel(cluster, stopping) -> None:
