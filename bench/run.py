@@ -476,7 +476,7 @@ def wait_drained(clusters: Clusters, timeout: float = 900, every: float = 0.02) 
     poll reads only the partial indexes of those rows (their states literal text, so that a
     prepared plan can use them, D71). Filtering by function instead scans every finished row:
     by the end of a drain of 20,000 that cost the server 6 ms a poll, about a ninth of the
-    machine (docs/benchmarks.md)."""
+    machine (docs/benchmarks-history.md)."""
     from django.db import connection
 
     deadline = time.monotonic() + timeout

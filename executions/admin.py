@@ -55,7 +55,7 @@ from executions.console_page import execution_url
 from executions.ids import ExecutionId
 from executions.models import Delay, ExecutionState, LogEntry
 from executions.state_machine import Lifecycle, State
-from executions.store.listing import _filter_text as check_search_text
+from executions.store.listing import filter_text as check_search_text
 
 ACT_PERMISSION = "obelisk_executions.act_on_executions"
 MAX_SEARCH_IDS = 500

@@ -282,6 +282,10 @@ class Created(Event):
     deployment_id: str
     metadata: dict[str, str] = {}
     scheduled_by: str | None = None
+    # Submitted paused (a ``Paused`` event follows at version 1). Recorded so that a
+    # resubmission under the same id is compared with what was asked, not with the state
+    # since (D104); written only when true, so every other ``Created`` reads as before.
+    paused: bool = Field(default=False, exclude_if=lambda paused: not paused)
 
 
 class Locked(Event):
@@ -428,6 +432,30 @@ def consumes_response(event: Event) -> bool:
         return False
     inner = event.event
     return isinstance(inner, JoinNext) or (isinstance(inner, JoinNextTry) and inner.outcome == "found")
+
+
+@dataclass(frozen=True)
+class Response:
+    """A row of ``t_join_set_response``: a child's result or a delay's end, as the parent sees
+    it (spec 002 §1.4). ``seq`` is the per-parent cursor. The store reads and hands these out;
+    replay consumes them."""
+
+    seq: int
+    created_at: datetime
+    join_set_id: str
+    delay_id: str | None = None
+    delay_success: bool | None = None
+    child_execution_id: str | None = None
+    finished_version: int | None = None
+    child_retval: RetVal | None = None
+
+    @classmethod
+    def of(cls, seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, child_finished):
+        """A response as stored: ``child_finished`` is the child's ``Finished`` event as its
+        JSON reads back from the log (None for a delay). The one way both the read and a
+        group commit's hand-over (D67) make it, so a run sees the same value either way."""
+        retval = retval_from_json(child_finished[Finished.VARIANT]["retval"]) if child_finished else None
+        return cls(seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, retval)
 
 
 def check_storable(value: Any, what: str, *, max_depth: int) -> None:

@@ -44,11 +44,42 @@ class ExactJSONField(models.TextField):
         return compact_json(value)
 
 
+class ReadOnly(Exception):
+    """A write to an execution table outside ``executions.store``."""
+
+
+class ReadOnlyQuerySet(models.QuerySet):
+    """A queryset that reads only: the store is the only writer of these tables, so a
+    write through ``Model.objects`` (``update``, ``delete``, ``create``…) raises ``ReadOnly``
+    (as procrastinate's Django models do). The store writes through ``store_objects``."""
+
+    def _refuse(self, *args, **kwargs):
+        raise ReadOnly(f"{self.model.__name__} is read-only outside executions.store; write through the store")
+
+    update = delete = create = bulk_create = bulk_update = _refuse
+    get_or_create = update_or_create = _refuse
+
+
+class ReadOnlyManager(models.Manager.from_queryset(ReadOnlyQuerySet)):
+    """The default manager of the store's models: reads only (``ReadOnlyQuerySet``)."""
+
+
+class _StoreTable(models.Model):
+    """A table of the store: ``objects`` reads (the default manager, also the admin's);
+    ``store_objects`` writes, and only ``executions.store`` uses it."""
+
+    objects = ReadOnlyManager()
+    store_objects = models.Manager()
+
+    class Meta:
+        abstract = True
+
+
 def _choices(values):
     return [(value, value) for value in values]
 
 
-class ExecutionState(StateWords, models.Model):
+class ExecutionState(StateWords, _StoreTable):
     """``t_state``: one row per execution, the projection of its event log."""
 
     execution_id = models.CharField(primary_key=True, max_length=1024)
@@ -167,7 +198,7 @@ class ExecutionState(StateWords, models.Model):
         return self.execution_id
 
 
-class ExecutionEvent(models.Model):
+class ExecutionEvent(_StoreTable):
     """``t_execution_log``: the append-only event log, versions contiguous from 0 (``Created``)."""
 
     # No constraint in the database (D75): only the store writes here, under the row's lock.
@@ -227,7 +258,7 @@ class ExecutionEvent(models.Model):
         return f"{self.execution_id}@{self.version} {self.variant}"
 
 
-class JoinSetResponse(models.Model):
+class JoinSetResponse(_StoreTable):
     """``t_join_set_response``: child results and fired/cancelled delays delivered to a parent."""
 
     created_at = models.DateTimeField()
@@ -287,7 +318,7 @@ class JoinSetResponse(models.Model):
         return f"{self.execution_id} #{self.seq} {self.child_execution_id or self.delay_id}"
 
 
-class Delay(models.Model):
+class Delay(_StoreTable):
     """``t_delay``: a pending durable timer; deleted when its response is written."""
 
     delay_id = models.CharField(primary_key=True, max_length=1024)
@@ -306,7 +337,7 @@ class Delay(models.Model):
         return self.delay_id
 
 
-class LogEntry(models.Model):
+class LogEntry(_StoreTable):
     """``t_log``: a log record or a chunk of a std stream, written by a run."""
 
     LEVELS = [(1, "trace"), (2, "debug"), (3, "info"), (4, "warn"), (5, "error")]
@@ -341,7 +372,7 @@ class LogEntry(models.Model):
         ]
 
 
-class Backtrace(models.Model):
+class Backtrace(_StoreTable):
     """``t_wasm_backtrace`` for Python: a deduplicated stack, keyed by ``01`` + SHA-256 of its frames."""
 
     backtrace_hash = models.CharField(primary_key=True, max_length=66)
@@ -351,7 +382,7 @@ class Backtrace(models.Model):
         db_table = "t_backtrace"
 
 
-class ExecutionBacktrace(models.Model):
+class ExecutionBacktrace(_StoreTable):
     """``t_execution_backtrace``: the stack that wrote events ``[version_min_including, version_max_excluding)``."""
 
     execution = models.ForeignKey(
@@ -376,7 +407,7 @@ class ExecutionBacktrace(models.Model):
         ]
 
 
-class AuditEntry(models.Model):
+class AuditEntry(_StoreTable):
     """``t_audit``: who did what to an execution, from the console, the API or the CLI.
 
     Written by ``store.audited`` in the same transaction as the action's own events, so an
@@ -401,7 +432,7 @@ class AuditEntry(models.Model):
         return f"{self.actor} {self.action} {self.execution_id}"
 
 
-class ClusterHeartbeat(models.Model):
+class ClusterHeartbeat(_StoreTable):
     """``t_cluster``: each worker cluster's last report, for the dashboard and ``/health``.
 
     A cluster upserts its row every few seconds while it runs and sets ``stopped_at`` when it

@@ -1,24 +1,15 @@
 """Wake-ups after commit (spec 000 §9), across processes and within one.
 
-The store collects what a transaction changed in a ``Notes`` and publishes it *inside* that
-transaction: on PostgreSQL with ``pg_notify``, which the server delivers only if and when the
-transaction commits, and in every process with an in-memory wake-up registered with
-``transaction.on_commit``. A ``Listener`` waits for either. Notifications only say "look
-again": every waiter re-reads the tables after waking, so a lost or duplicated notification
-costs latency, never correctness. SQLite has no LISTEN, so there a waiter polls at
-``OBELISK['POLL_INTERVAL']`` (and wakes at once for commits made in its own process).
+The store collects what a transaction changed in a ``Notes`` and publishes it inside that
+transaction: ``pg_notify`` on PostgreSQL (delivered only if it commits), and in this process
+through ``transaction.on_commit``. A ``Listener`` waits for either; SQLite polls at
+``OBELISK['POLL_INTERVAL']``. Notifications only say "look again": a lost or duplicated one
+costs latency, never correctness. Channels (newline-separated payloads under 8000 bytes):
+``obelisk_pending`` (functions with work due), ``obelisk_finished`` (ids, each with its short
+return value's JSON, ``finished_item``), ``obelisk_response`` (parents that got a response),
+``obelisk_cancel``, ``obelisk_timer`` and ``obelisk_scheduled`` (empty).
 
-Channels and payloads (newline-separated, split to stay under PostgreSQL's 8000 bytes):
-
-- ``obelisk_pending``: function names that got work due now;
-- ``obelisk_finished``: execution ids that finished, each followed by a tab and its
-  return value's JSON when that is short (``finished_item``): a waiter has the result
-  without reading it back;
-- ``obelisk_response``: parent execution ids that got a join-set response;
-- ``obelisk_cancel``: execution ids whose cancellation was requested;
-- ``obelisk_timer``: empty; a delay or lock with a new expiry was written (the sweep);
-- ``obelisk_scheduled``: empty; an execution became pending at a later time (the brokers
-  recompute their next wake-up; the sweep has nothing to do for it).
+why: D17, D44, D45, D48, D56
 """
 
 from __future__ import annotations

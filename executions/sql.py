@@ -1,12 +1,13 @@
 """Several statements of one transaction in one round trip (the store's hot paths).
 
-On PostgreSQL a network round trip costs more than the statements it carries.
 ``Statements`` collects the writes of a store operation and sends them together: inside a
-transaction in psycopg's pipeline mode, each statement prepared (D71); as a transaction of
-its own, either as one statement whose writes are CTEs (``run_as_one_statement``) or as one
-simple-protocol message of several (``run_in_own_transaction``, parameters bound
-client-side). SQLite runs in-process, so there they simply run one after another. Values
-are adapted by the model fields themselves (``get_db_prep_save``), as the ORM would.
+transaction in psycopg's pipeline mode, each statement prepared; as a transaction of its
+own, as one statement whose writes are CTEs (``run_as_one_statement``) or one
+simple-protocol message of several (``run_in_own_transaction``). ``rows_by_key`` reads rows
+one key at a time. SQLite runs them one after another. Values are adapted by the model
+fields themselves (``get_db_prep_save``), as the ORM would.
+
+why: D48, D59, D69, D70, D71, D87
 """
 
 from __future__ import annotations

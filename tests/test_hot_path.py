@@ -1482,7 +1482,7 @@ def test_a_batch_of_statements_in_a_transaction_that_fails_on_one_changes_nothin
     existing = create(FFQN, [1])
     before = ExecutionState.objects.count()
     with pytest.raises(IntegrityError), transaction.atomic():
-        ExecutionState.objects.filter(pk=existing).update(ffqn="changed/in.tx")
+        ExecutionState.store_objects.filter(pk=existing).update(ffqn="changed/in.tx")
         statements = Statements()
         statements.update(ExecutionState, [existing], {"max_retries": 7})
         statements.add(
@@ -1634,7 +1634,8 @@ def test_a_claim_and_a_group_commit_read_rows_by_key_in_plans_made_while_the_tab
     from executions.events import compact_json
     from executions.ids import new_executor_id, new_run_id
     from executions.store.append import _FINISH_FIELDS, _finish_sql, _finished_rows
-    from executions.store.locking import _claim_sql, _due_candidates_sql, lock_document, new_lock
+    from executions.store.claim import lock_document, new_lock
+    from executions.store.locking import _claim_sql, _due_candidates_sql
     from tests.helpers import DEPLOYMENT, TERMS
 
     held = [lock(create(FFQN, [n])) for n in range(40)]
@@ -1725,8 +1726,8 @@ def test_the_store_alone_keeps_the_log_and_responses_free_of_orphans_without_a_f
     assert _foreign_keys_to_state("t_delay") == {"execution_id"}
 
     missing = create()
-    ExecutionEvent.objects.filter(execution_id=missing).delete()
-    ExecutionState.objects.filter(execution_id=missing).delete()
+    ExecutionEvent.store_objects.filter(execution_id=missing).delete()
+    ExecutionState.store_objects.filter(execution_id=missing).delete()
     with pytest.raises(errors.NotFound):
         store.append(missing, 1, Unlocked(backoff_expires_at=timezone_now(), reason="gone"))
     fence = store.Fence(run_id="Run_01M91XDCDBC8N68QNF40XAJFF4", lock_generation=1)

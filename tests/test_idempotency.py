@@ -238,3 +238,27 @@ def test_same_json_is_the_equality_of_json_schema(a, b):
     assert same_json(a, b) == schema_equal(a, b)
     assert same_json(a, respelled(a)) and schema_equal(a, respelled(a))
     assert same_json(respelled(a), b) == schema_equal(a, b)
+
+
+def test_what_the_first_request_asked_is_recorded_not_inferred_from_the_events_after_it():
+    """Found by the model test: an operator's pause at the very instant of the creation read
+    as "submitted paused", so a resubmission of the same call was refused. The ``Created``
+    event records ``paused`` (D104), so what came after it cannot change what was asked."""
+    execution_id = new_id()
+    assert not store.create(request_for(execution_id, [1, 2]), now=T0).already_existed
+    store.pause_execution(execution_id, now=T0)  # the same instant as the creation
+    assert store.create(request_for(execution_id, [1, 2]), now=T0).already_existed
+    with pytest.raises(errors.Conflict, match="`paused`"):
+        store.create(request_for(execution_id, [1, 2], paused=True), now=T0)
+
+
+def test_a_schedule_at_the_creation_instant_is_the_same_call_as_none():
+    """No ``scheduled_at`` asks for the first request's creation instant, so naming that
+    instant is the same call, either way round (D104)."""
+    at_once, named = new_id(), new_id()
+    store.create(request_for(at_once, [1, 2]), now=T0)
+    assert store.create(request_for(at_once, [1, 2], scheduled_at=T0), now=T0 + timedelta(seconds=1)).already_existed
+    store.create(request_for(named, [1, 2], scheduled_at=T0), now=T0)
+    assert store.create(request_for(named, [1, 2]), now=T0 + timedelta(seconds=1)).already_existed
+    with pytest.raises(errors.Conflict, match="`scheduled_at`"):
+        store.create(request_for(named, [1, 2], scheduled_at=T0 + timedelta(seconds=1)), now=T0)

@@ -1,4 +1,4 @@
-"""The pure replay core (``workers/replay.py``) against an in-memory store.
+"""The pure replay core (``workers/replay/``) against an in-memory store.
 
 No database: ``FakeStore`` below stands in for the execution store (versions fenced, children
 created with their requests, responses delivered per parent by ``seq``), and ``World`` makes

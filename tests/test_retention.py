@@ -86,8 +86,8 @@ def add_logs_and_backtrace(execution_id: str, *, now) -> None:
     store.append_logs(execution_id, new_run_id(), entries=[(now, 3, "hello")], streams=[(now, 1, b"out")])
     # A worker stores a blocked workflow's stack as a best-effort side record: written here
     # directly, with a hash every tree shares (t_backtrace is content-addressed).
-    Backtrace.objects.get_or_create(backtrace_hash=BACKTRACE_HASH, defaults={"frames": [{"line": 1}]})
-    ExecutionBacktrace.objects.create(
+    Backtrace.store_objects.get_or_create(backtrace_hash=BACKTRACE_HASH, defaults={"frames": [{"line": 1}]})
+    ExecutionBacktrace.store_objects.create(
         execution_id=execution_id,
         component_id={"name": "test"},
         version_min_including=1,

@@ -1,5 +1,5 @@
 """Conformance tests of the execution store against spec 000 and the decisions in
-``/work/shared/spec/README.md``.
+``../shared/spec/README.md`` (next to this repository).
 
 Every test drives the store through its public API with explicit ``now=`` values (``T0`` lies
 in the future, so wall-clock time never matters) and asserts what is read back from the

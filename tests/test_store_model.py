@@ -193,6 +193,7 @@ class Model:
     # What the create asked for: a resubmission is the same call only with the same (D104).
     created_paused: bool = False
     created_scheduled_at: datetime | None = None
+    created_due: datetime | None = None  # the scheduled time, or the creation instant
 
     @property
     def fence(self) -> store.Fence | None:
@@ -205,7 +206,7 @@ class Model:
 
 def delete_everything() -> None:
     for model in (ExecutionBacktrace, LogEntry, Delay, JoinSetResponse, ExecutionEvent, ExecutionState):
-        model.objects.all().delete()
+        model.store_objects.all().delete()
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -279,6 +280,7 @@ class StoreMachine(RuleBasedStateMachine):
             at=scheduled_at or self.now,
             created_paused=paused,
             created_scheduled_at=scheduled_at,
+            created_due=scheduled_at or self.now,
         )
         if paused:
             e.append("paused")
@@ -363,12 +365,13 @@ class StoreMachine(RuleBasedStateMachine):
         index=INDEX,
         flag=st.booleans(),
         existing=st.sampled_from(["none", "identical", "conflicting"]),
+        ask=st.sampled_from(["as_first", "as_first", "other_paused", "its_due_explicitly", "other_due"]),
     )
-    def create(self, how, kind, params, paused, later, index, flag, existing):
+    def create(self, how, kind, params, paused, later, index, flag, existing, ask="as_first"):
         if how == "new":
             self.create_new(kind, params, paused, later)
         elif how == "again":
-            self.create_again(index, params, same=flag, other_kind=kind == "workflow")
+            self.create_again(index, params, same=flag, other_kind=kind == "workflow", ask=ask)
         else:
             self.create_many(index, 1 + index % 3, existing)
 
@@ -381,7 +384,10 @@ class StoreMachine(RuleBasedStateMachine):
         e = self.new_model(kind, execution_id, params, paused=paused, scheduled_at=scheduled_at)
         assert outcome == store.CreateOutcome(e.version + 1, already_existed=False)
 
-    def create_again(self, index, params, same, other_kind):
+    def create_again(self, index, params, same, other_kind, ask="as_first"):
+        """A resubmission is the same call with the same function, arguments equal as JSON
+        Schema compares them, the same ``paused`` and the same due time (none asks for the
+        first request's creation instant), whatever happened to the execution since (D104)."""
         e = self.pick(index, lambda e: e.parent is None)
         if e is None:
             return
@@ -391,7 +397,13 @@ class StoreMachine(RuleBasedStateMachine):
         elif other_kind:
             kind = "workflow" if e.kind == "activity" else "activity"
         asked = {"paused": e.created_paused, "scheduled_at": e.created_scheduled_at}
-        if kind == e.kind and same_params(params, e.params):
+        if ask == "other_paused":
+            asked["paused"] = not e.created_paused
+        elif ask == "its_due_explicitly":
+            asked["scheduled_at"] = e.created_due
+        elif ask == "other_due":
+            asked["scheduled_at"] = e.created_due + timedelta(seconds=1)
+        if kind == e.kind and same_params(params, e.params) and ask in ("as_first", "its_due_explicitly"):
             outcome = store.create(self.request(kind, e.id, params, **asked), now=self.now)
             assert outcome.already_existed
         else:

@@ -1,28 +1,19 @@
 """The django-q2 broker of an Obelisk worker cluster.
 
-django-q2 supplies the process model: a sentinel that supervises a pool of worker
-processes, a pusher that calls ``Broker.dequeue()`` and feeds the pool, a monitor, and the
-admin pages for clusters and failed tasks. This broker connects that pool to the execution
-tables instead of a task queue:
+django-q2 supplies the process model (a sentinel supervising a pool of workers, a pusher
+feeding it, a monitor, admin pages); this broker connects that pool to the execution tables
+instead of a task queue:
 
 - ``dequeue()`` blocks until an execution of a served function is due (``LISTEN
-  obelisk_pending`` on PostgreSQL, a short poll on SQLite, or the next scheduled time,
-  whichever comes first), then hands out a *claim task*: ``workers.tasks.claim_and_run``.
-  The worker that runs it claims a batch itself (``SKIP LOCKED``), so nothing sits locked
-  in a queue, and django-q2's ORM queue is never on the path of an execution;
-- its LISTEN session serves the cluster's workers too: the pusher rings the doorbell the
-  lingering workers wait on (``workers.doorbell``, D88), so a submission signals one
-  session for them, not one per worker (the sweep keeps its own);
-- claim tasks are spaced at least ``MIN_CLAIM_SPACING`` apart, because one claim task
-  drains everything due; more would only cost django-q2's ~1 ms per task;
-- a database outage never escapes ``dequeue()``: it backs off (at most 1 s) and logs one
-  line per outage (``executions.outage``), so the pusher lives on and claims resume within
-  about a second of the database coming back;
-- ordinary django-q2 tasks (``async_task``, schedules) still go through the ORM queue this
-  class inherits, checked at every ``dequeue()``;
-- a pusher or sentinel whose parent died ends at once (``workers.parent_death``, D96): on
-  Linux the kernel kills it; elsewhere ``dequeue()`` and ``set_stat()`` (the sentinel's
-  guard loop) check the parent's pid. Neither holds anything.
+  obelisk_pending``, a poll on SQLite, or the next scheduled time), then hands out a
+  *claim task* (``workers.tasks.claim_and_run``); the worker claims a batch itself;
+- the pusher's LISTEN session rings the doorbell the lingering workers wait on
+  (``workers.doorbell``); claim tasks are spaced by ``MIN_CLAIM_SPACING`` and held back
+  while a worker lingers (``REEMIT_AFTER``);
+- a database outage never escapes ``dequeue()``; ordinary django-q2 tasks still go through
+  the inherited ORM queue; a pusher or sentinel whose parent died ends at once.
+
+why: D24, D31, D44, D88, D96
 """
 
 from __future__ import annotations

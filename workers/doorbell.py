@@ -1,27 +1,16 @@
-"""How a worker learns that work is due: one LISTEN per cluster, rung to its workers (D88).
+"""How a worker learns that work is due: one LISTEN per cluster, rung to its workers.
 
-PostgreSQL signals every session of the database that listens, whatever the channel, at
-every ``NOTIFY``; each such session then wakes a thread in its process. With a LISTEN
-session in every worker process, each execution submitted cost every worker a wake-up,
-and the server a signal per worker, although only one worker claims it.
+The cluster's pusher listens on ``obelisk_pending`` (``workers.broker``) and rings a
+``Doorbell`` in shared memory, made before the fork, for every announcement of a function
+the cluster serves: one counter for activities, one for workflows, and a slot (a
+semaphore, at most one permit) for each waiting process. Each executor keeps the counts it
+has seen (``Announcements``); a higher count means "look again", as a notification does
+(``executions.notify``). A worker busy with a batch reads the counts when its batch ends.
+A slot whose process died is taken over by the next process that needs one. Outside a
+cluster (a test, a script) the executor rings a doorbell of its own from its own LISTEN
+(``Announcements.subscribe``), so there is one way to wait.
 
-So a cluster listens once. Its pusher, which listens on ``obelisk_pending`` anyway
-(``workers.broker``), rings a ``Doorbell`` in shared memory for every announcement of a
-function the cluster serves: one counter for activities, one for workflows, and a
-semaphore for each waiting worker. Each executor keeps the counts it has seen
-(``Announcements``); a higher count means "look again", as a notification does
-(``executions.notify``). A worker busy with a batch is not woken at all: it reads the
-counts when its batch ends.
-
-Each waiting process has a slot of its own: a semaphore the ring releases (at most one
-permit waits in it), never a ``multiprocessing.Condition``, whose ``notify`` waits for
-every sleeper to wake: a worker killed while it waited hung the ring, and then the whole
-cluster. A slot whose process died is taken over by the next process that needs one.
-
-Outside a cluster (an executor in a test or a script) the executor's process rings a
-doorbell of its own from its own LISTEN (``Announcements.subscribe``), so there is one way
-to wait. A ring lost with a dying pusher costs latency, never an execution: the worker's
-linger ends, and the broker hands out a claim task while work is still due.
+why: D56, D65, D88
 """
 
 from __future__ import annotations

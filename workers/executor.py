@@ -1,17 +1,15 @@
 """The activity executor: claim pending executions, run them, record the results.
 
-One executor lives in each worker process. ``claim_and_run`` is what a django-q2 task
-calls: it locks a batch of due executions of the functions it serves (one transaction,
+One executor lives in each worker process. ``claim_and_run`` is what a django-q2 claim task
+calls: it locks a batch of due executions of the functions it serves (one statement,
 ``SKIP LOCKED`` on PostgreSQL), runs them one after another in this process
 (``workers.runner``), and writes their results in group commits (``store.append_many``).
-It keeps claiming while work is due, within a time budget, and lingers briefly for new
-work, so neither a backlog nor a stream of single executions needs a round trip through
-the broker per batch.
+It keeps claiming while work is due, within a time budget, and lingers briefly for new work
+(``workers.lingering``, ``workers.doorbell``). The batch size adapts to the activities' run
+time. A run that turns out long, or a stop (``workers.shutdown``), hands the rest of the
+batch back at once (``Unlocked``, no retry used).
 
-The batch size adapts: it grows while batches finish quickly and shrinks to 1 for slow
-activities. A run that turns out long has the rest of its batch handed back at once
-(``Unlocked``, no retry used) for other workers to take, so a claimed execution never waits
-in a worker until its lock expires; a stopping worker does the same (``workers.shutdown``).
+why: D28, D44, D57, D58, D61, D65, D69, D70, D86
 """
 
 from __future__ import annotations

@@ -1,31 +1,18 @@
 """What a cluster's worker processes share about lingering for new work and claiming it.
 
-A worker that has just run something waits briefly for more (``ActivityExecutor.
-claim_and_run``) and is woken by the cluster's doorbell (``workers.doorbell``), so it claims
-new work itself. The broker, whose pusher rings that doorbell for the notification, then
-holds its claim task back for ``ExecutionBroker.REEMIT_AFTER``: a claim task on top would
-only have a second worker race the lingering one for the same row (measured: with 2
-workers, one-at-a-time submission got slower than with 1). If the work is still due after
-that, the claim task goes out, so a worker that died while counted costs that delay, never
-an execution.
+A worker that has just run something waits briefly for more, woken by the cluster's
+doorbell (``workers.doorbell``), and claims new work itself; the broker holds its claim
+task back meanwhile (``ExecutionBroker.REEMIT_AFTER``). This module is the memory, made
+before the fork, through which the lingering workers avoid racing each other:
 
-The lingering workers themselves are all woken by the same ring. The first to claim takes
-the new execution; the others' claims would find nothing and cost a
-transaction each. So each claim of activities records when it started, and one that was
-not full records that it took everything then due (``covered``): a worker woken before such
-a claim started skips its own (D57). A claim that another worker has started but not
-finished is waited for briefly (``COVER_WAIT``), never longer: a worker killed in the
-middle of its claim costs the others that delay once, never an execution.
+- each claim of activities records when it started and whether it took everything then
+  due (``covered``): a worker woken before such a claim skips its own (``COVER_WAIT``);
+- a worker running a short batch counts as busy (``batch_started``, ``BUSY_DEFER``), so a
+  woken worker leaves the new work to it until that batch is expected to end;
+- a worker waiting ``CLAIM_COALESCE`` for more of a stream counts as finishing until its
+  window ends (``claims_within``).
 
-A worker woken while another is still running a short batch also waits for that one
-(``batch_started``, D58): the busy worker was woken by the same notification and claims
-everything then due in one transaction as soon as its batch is written. Two workers
-splitting a stream of single executions instead claim and commit each one on its own,
-which on a small host made a second worker slow the stream down. Only a batch expected to
-be short is waited for (its worker's previous batch took at most ``BUSY_DEFER``), and only
-until it is expected to end: new work is never held back behind a long run. A busy worker
-that waits ``CLAIM_COALESCE`` for more of a stream before its next claim (D86) counts as
-finishing until that window ends (``claims_within``).
+why: D24, D57, D58, D86, D89
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """Run one locked activity execution in this process, for real.
 
-The activity runs in the process's main thread. A ``Watchdog`` thread watches it:
+The activity runs in the process's main thread; a ``Watchdog`` thread watches it:
 
-- at the activity's deadline it interrupts the main thread (``SIGUSR1`` → an
-  ``ActivityTimedOut`` exception raised inside the activity's code, which wakes it from
-  blocking calls such as ``time.sleep`` or socket reads);
-- if the activity does not stop within ``grace`` (it swallowed the exception, or is stuck
-  in C code), the watchdog records the outcome itself and ends the process with
-  ``os._exit``; the worker pool (django-q2's sentinel) starts a fresh process;
-- while the activity runs it renews the lock (a heartbeat in ``t_state``, no event) before a
-  third of the lock duration is left, so long activities keep their lock;
-- it checks for a cancellation request and interrupts the activity with
-  ``ActivityCancelled``;
-- if the activity runs long, it has the executor hand back the executions claimed with it
-  that have not started (``on_long_run``);
-- when the worker is asked to stop (``workers.shutdown``) it has the executor hand back what
-  has not started (``on_stop``) and, after ``OBELISK['SHUTDOWN_GRACE']``, interrupts the
-  running activity with ``ActivityShutdown``, which hands it back too;
-- when the cluster's main process died (``workers.parent_death``, D96) it does the same
-  without the grace period, and ends the process once the executor holds nothing
-  (``on_orphaned``).
+- at the deadline it interrupts the activity (``SIGUSR1`` → ``ActivityTimedOut``); one that
+  does not stop within ``grace`` has its outcome recorded by the watchdog, which ends the
+  process (``os._exit``) for django-q2's sentinel to replace;
+- it renews the lock (a heartbeat in ``t_state``) before a third of it is left, and
+  interrupts a cancelled activity (``ActivityCancelled``);
+- on a long run, a stop (``workers.shutdown``) or a dead parent (``workers.parent_death``)
+  it has the executor hand back what has not started (``on_long_run``, ``on_stop``,
+  ``on_orphaned``) and interrupts the running activity (``ActivityShutdown``).
 
-Whatever happens, the run's writes carry its fence (run id + lock generation): once the
-timer sweep has handled an expired lock, or the execution was re-locked, nothing this run
-writes can land.
+Every write of the run carries its fence (run id + lock generation).
+
+why: D8, D24, D27, D28, D29, D96
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """Stopping a worker cluster in order (SIGTERM).
 
-What a stopping worker does (``workers.executor``, ``workers.runner``): it claims nothing
-more, hands back the executions it claimed but has not started at once (``Unlocked``, no
-retry used), lets a running one finish within ``OBELISK['SHUTDOWN_GRACE']``, then
-interrupts it and hands it back too. Nothing it held waits for its lock to expire, and no
-execution pays a retry for a stop.
+A stopping worker (``workers.executor``, ``workers.runner``) claims nothing more, hands
+back what it claimed but has not started (``Unlocked``, no retry used), lets a running
+activity finish within ``OBELISK['SHUTDOWN_GRACE']``, then interrupts it and hands it back.
+Who tells it to stop, and where:
 
-Who tells it to stop:
+- ``SIGTERM``/``SIGINT`` to ``obelisk_worker``: its handler only sets the cluster's shared
+  stop flag (made here before the fork); the main loop passes it to django-q2's sentinel;
+- ``SIGTERM`` to every process: the sentinel, pusher and monitor ignore it
+  (``ignore_sigterm``); each worker marks itself stopping (``install_worker_handler``);
+- the death of the parent process: each process finds out itself
+  (``workers.parent_death``) and stops with no grace period.
 
-- ``SIGTERM`` (or ``SIGINT``) to the ``obelisk_worker`` process (an operator, a
-  supervisor): its handler sets the cluster's shared stop flag (created here before
-  django-q2 forks the cluster, so every process inherits it) and nothing else; the
-  process's main loop then asks django-q2's sentinel to stop the pool;
-- ``SIGTERM`` to every process of the cluster (systemd, Kubernetes): the sentinel, pusher
-  and monitor ignore it (``ignore_sigterm``, installed by the broker before the sentinel
-  forks) and leave the order to the ``obelisk_worker`` process; each worker process marks
-  itself stopping (``install_worker_handler``). A worker told alone leaves once its claim
-  task is over, and the sentinel starts a fresh one;
-- the death of the process that forked it (the OOM killer ended ``obelisk_worker``):
-  each process of the cluster finds out itself (``workers.parent_death``, D96) and stops
-  as if told, but gives a running activity no grace period.
+why: D28, D29, D85, D96
 """
 
 from __future__ import annotations

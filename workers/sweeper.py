@@ -3,15 +3,15 @@
 - expired locks (a worker died or hung): back to pending with a retry, unlocked, or
   finished as timed out (``state_machine.on_lock_expired``);
 - due delays: their ``DelayFinished`` response is appended, which wakes the workflow;
-- cancellations: a cancelling execution that no live run holds is finished as cancelled
-  (a running activity is stopped by its own worker's watchdog).
+- cancellations: a cancelling execution that no live run holds is finished as cancelled.
 
-Scheduled and retry-pending executions need no sweep: they are plain ``pending_at`` rows
-that become lockable at their time; the broker wakes the executors then.
+Scheduled and retry-pending executions need no sweep: they are ``pending_at`` rows the
+broker wakes the executors for. Everything here is idempotent and safe from several
+clusters at once: each action locks its row and re-checks it, and the version fence turns
+a lost race into a no-op. It runs as a thread of the ``obelisk_worker`` process
+(``SweeperThread``).
 
-Everything here is idempotent and safe to run from several clusters at once: each action
-locks its row (``SKIP LOCKED`` for locks) and re-checks it, and the version fence turns a
-lost race into a no-op. State lives in the tables only, so a restart loses nothing.
+why: D11, D24, D26, D30, D31
 """
 
 from __future__ import annotations

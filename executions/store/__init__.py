@@ -1,14 +1,19 @@
 """The execution store: the only code that writes execution state (spec 000 §6–§7).
 
 ``from executions import store`` and call ``store.create``, ``store.append``,
-``store.lock_pending``…; the submodules split the API by concern:
+``store.lock_pending``…: ``__all__`` is what callers use. The submodules, by concern:
 
-- ``datatypes``: requests and results; ``common``: transactions, row locks, checks;
-- ``transitions``: how each event changes the tables (the state machine's effects);
-- ``create``, ``append``, ``responses``, ``locking``, ``timers``, ``lifecycle``: the writes;
-- ``reads``, ``listing``: the reads.
-- ``retention``: deleting old finished executions, whole trees, in batches (one
-  transaction each; the one public function that is several).
+- ``datatypes``: requests and results; ``common``: the helpers the modules share
+  (transactions, row locks, checks, the small changes of a locked row);
+- ``transitions``: how each event changes the tables (one handler per state-machine effect);
+- the writes: ``create``, ``append``, ``responses`` (response delivery), ``claim`` (the
+  terms and statements of a new lock), ``locking``, ``timers``, ``lifecycle``, ``audit``,
+  ``clusters`` (heartbeats), ``retention`` (deleting old finished executions, whole trees,
+  in batches: one transaction each, the one public function that is several);
+- the reads: ``reads``, ``listing``, ``search`` (by result text), ``dashboard``.
+
+The models are read-only outside the store: ``Model.objects`` refuses writes, and the store
+writes through ``Model.store_objects`` or its own SQL (``executions.models``).
 
 Every public function is one database transaction: the log events it appends and the
 ``t_state`` projection it changes commit together or not at all, and any error leaves the
@@ -33,10 +38,9 @@ from executions.store.append import (
     append_many,
 )
 from executions.store.audit import AuditRecord, audited, list_audit
-from executions.store.clusters import ClusterInfo, list_clusters, record_cluster_stopped, record_heartbeat
-from executions.store.console_reads import find_by_result_text, last_failure_detail
+from executions.store.clusters import list_clusters, record_cluster_stopped, record_heartbeat
 from executions.store.create import create, create_many
-from executions.store.dashboard import Dashboard, OldestPending, backlog, dashboard, first_scheduled_at
+from executions.store.dashboard import backlog, dashboard, first_scheduled_at
 from executions.store.datatypes import (
     STATUS_FILTERS,
     AppendItem,
@@ -52,7 +56,6 @@ from executions.store.datatypes import (
     ExecutionFilter,
     ExecutionLog,
     ExecutionSnapshot,
-    ExpiredDelay,
     Fence,
     LockedExecution,
     LockTerms,
@@ -71,12 +74,7 @@ from executions.store.lifecycle import (
     unpause_execution,
     upsert_stub_response,
 )
-from executions.store.listing import (
-    decode_cursor,
-    encode_cursor,
-    filter_executions,
-    list_executions,
-)
+from executions.store.listing import filter_executions, list_executions
 from executions.store.locking import extend_lock, lock_one, lock_pending, with_history
 from executions.store.reads import (
     append_logs,
@@ -97,45 +95,32 @@ from executions.store.reads import (
     wait_for_finished,
     wait_for_finished_result,
 )
-from executions.store.responses import append_delay_response, append_response_for_test, pause_delay, unpause_delay
+from executions.store.responses import append_delay_response, pause_delay, unpause_delay
 from executions.store.retention import delete_finished
+from executions.store.search import find_by_result_text
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
 
 __all__ = [
-    "reschedule",
-    "Dashboard",
-    "OldestPending",
-    "backlog",
-    "dashboard",
-    "first_scheduled_at",
-    "ClusterInfo",
-    "list_clusters",
-    "record_cluster_stopped",
-    "record_heartbeat",
-    "AuditRecord",
-    "ExecutionDetail",
-    "ExecutionSnapshot",
-    "LogRecord",
-    "audited",
-    "get_detail",
-    "list_audit",
     "AppendItem",
     "AttemptFailed",
+    "AuditRecord",
+    "BlockingStack",
     "CancelOutcome",
     "ChildClaim",
     "CreateOutcome",
     "CreateRequest",
     "DelayOutcome",
     "EventRecord",
+    "ExecutionDetail",
     "ExecutionFilter",
     "ExecutionLog",
-    "ParkedRuns",
-    "ExpiredDelay",
+    "ExecutionSnapshot",
     "Fence",
-    "LockTerms",
     "LockedExecution",
+    "LockTerms",
+    "LogRecord",
     "Page",
-    "BlockingStack",
+    "ParkedRuns",
     "Response",
     "STATUS_FILTERS",
     "append",
@@ -145,22 +130,25 @@ __all__ = [
     "append_delay_response",
     "append_logs",
     "append_many",
-    "append_response_for_test",
+    "audited",
+    "backlog",
     "cancel",
     "cancel_children",
     "create",
     "create_many",
-    "decode_cursor",
+    "dashboard",
     "delete_finished",
-    "encode_cursor",
     "expire_lock",
     "extend_lock",
     "filter_executions",
+    "find_by_result_text",
     "finish_cancelled",
     "fire_delay",
+    "first_scheduled_at",
     "get",
     "get_cancelling",
     "get_created",
+    "get_detail",
     "get_event",
     "get_expired_timers",
     "get_finished_result",
@@ -168,7 +156,9 @@ __all__ = [
     "get_last_event",
     "get_state",
     "get_tree",
+    "list_audit",
     "list_backtraces",
+    "list_clusters",
     "list_events",
     "list_executions",
     "list_logs",
@@ -179,6 +169,9 @@ __all__ = [
     "next_timer_at",
     "pause_delay",
     "pause_execution",
+    "record_cluster_stopped",
+    "record_heartbeat",
+    "reschedule",
     "responses_after",
     "unpause_delay",
     "unpause_execution",
@@ -186,6 +179,4 @@ __all__ = [
     "wait_for_finished",
     "wait_for_finished_result",
     "with_history",
-    "find_by_result_text",
-    "last_failure_detail",
 ]

@@ -28,16 +28,19 @@ from executions.models import (
 )
 from executions.sql import Statements, assignments_from, recordset_columns, recordset_values
 from executions.state_machine import Lifecycle, State
+from executions.store.claim import lock_ctes, lock_document, new_lock
 from executions.store.common import (
     EVENT_FIELDS,
-    _add_backtrace,
-    _eid,
-    _json_payload,
-    _now,
-    _row_for_update,
-    _rows_for_update,
-    _write_transaction,
+    PENDING_CLEARS,
+    add_backtrace,
+    canonical_id,
+    check_payload,
+    row_for_update,
+    rows_for_update,
+    utc_now,
+    write_transaction,
 )
+from executions.store.create import create_in_tx, create_unpaused_in_tx, created_event
 from executions.store.datatypes import (
     AppendItem,
     AttemptFailed,
@@ -49,20 +52,13 @@ from executions.store.datatypes import (
     ParkedRuns,
     Response,
 )
+from executions.store.responses import ResponseBatch
 from executions.store.transitions import (
-    PENDING_CLEARS,
-    ResponseBatch,
-    _append_events_in_tx,
-    _Applied,
-    _apply,
-    _bounded_failure,
-    _create_in_tx,
-    _create_unpaused_in_tx,
-    _created_event,
+    Applied,
+    append_events_in_tx,
+    apply_event,
+    bounded_failure,
     finish_fields,
-    lock_ctes,
-    lock_document,
-    new_lock,
 )
 
 
@@ -130,23 +126,23 @@ def append_and_claim_children(
     have made of it; it is never announced as pending."""
     if not events:
         raise errors.ValidationFailed("batch cannot be empty")
-    now = _now(now)
-    execution_id = _eid(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
     prepared = []
     for child in children:
         child_id = ExecutionId.parse(child.execution_id)
-        created = _created_event(child, child_id, now)
+        created = created_event(child, child_id, now)
         if created.parent is not None and created.parent[0] != execution_id:
             raise errors.ValidationFailed(f"`{child_id}` is not a child of `{execution_id}`")
         if created.parent is None and created.scheduled_by != execution_id:
             raise errors.ValidationFailed(f"`{child_id}` must be a child of, or scheduled by, `{execution_id}`")
         prepared.append((child_id, created, child.paused))
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         first_version = row.corresponding_version + 1
         notes, statements = notify.Notes(), Statements()
-        version = _append_events_in_tx(row, version, events, now, fence, notes, statements)
-        claimed = _create_unpaused_in_tx(
+        version = append_events_in_tx(row, version, events, now, fence, notes, statements)
+        claimed = create_unpaused_in_tx(
             [(child_id, created) for child_id, created, paused in prepared if not paused],
             now,
             notes,
@@ -155,9 +151,9 @@ def append_and_claim_children(
         )
         for child_id, created, paused in prepared:
             if paused:
-                _create_in_tx(child_id, created, paused, now, notes, statements, parent_locked=True)
+                create_in_tx(child_id, created, paused, now, notes, statements, parent_locked=True)
         if stack is not None and row.state == State.BLOCKED_BY_JOIN_SET:
-            _add_backtrace(statements, execution_id, stack, first_version, version)
+            add_backtrace(statements, execution_id, stack, first_version, version)
         notes.publish(statements)
         statements.run()
     return version, claimed
@@ -176,8 +172,8 @@ def append_many(
     ``parked``: workflows whose runs are parked in the caller's process; one that a result
     answers may be locked for the caller at once (D82, ``ParkedRuns``).
     """
-    now = _now(now)
-    ids = [_eid(item.execution_id) for item in items]
+    now = utc_now(now)
+    ids = [canonical_id(item.execution_id) for item in items]
     if len(set(ids)) != len(ids):
         raise errors.ValidationFailed("append_many takes each execution at most once")
     written = _finish_in_one_message(ids, items, now, parked) if _runs_results(ids, items) else {}
@@ -190,17 +186,17 @@ def _append_many_in_transaction(
     ids: list[str], items: list[AppendItem], now: datetime
 ) -> list[int | errors.StoreError]:
     results: list[int | errors.StoreError] = []
-    with _write_transaction():
-        rows = _rows_for_update(ids, then=_parents_answered(ids, items))
+    with write_transaction():
+        rows = rows_for_update(ids, then=_parents_answered(ids, items))
         notes = notify.Notes()
-        applied: list[tuple[ExecutionState, _Applied]] = []
+        applied: list[tuple[ExecutionState, Applied]] = []
         for execution_id, item in zip(ids, items, strict=False):
             row = rows.get(execution_id)
             try:
                 if row is None:
                     raise errors.NotFound(f"execution `{execution_id}` not found")
                 snapshot = _row_values(row)
-                done = _apply(row, item.version, item.event, now, item.fence, notes)
+                done = apply_event(row, item.version, item.event, now, item.fence, notes)
             except errors.StoreError as error:
                 if row is not None:
                     _restore_row(row, snapshot)
@@ -340,9 +336,9 @@ def _finished_rows(
     Checks each value as ``_apply`` does (``ValidationFailed``)."""
     rows, finished, answered = [], [], {}
     for position, (execution_id, item) in enumerate(zip(ids, items, strict=True)):
-        event = _bounded_failure(item.event)
+        event = bounded_failure(item.event)
         retval = retval_to_json(event.retval)
-        _json_payload("return value", retval)
+        check_payload("return value", retval)
         fields = finish_fields(event, now)
         finished.append(notify.finished_item(execution_id, retval))
         row = {

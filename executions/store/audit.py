@@ -10,7 +10,7 @@ from typing import Any
 from executions import errors
 from executions.events import check_text
 from executions.models import AuditEntry
-from executions.store.common import _eid, _now, _write_transaction
+from executions.store.common import canonical_id, utc_now, write_transaction
 
 VIA = ("admin", "api", "cli", "python")
 
@@ -42,12 +42,12 @@ def audited(action: str, execution_id: str, *, actor: str, via: str, now: dateti
     if not isinstance(actor, str) or not actor or len(actor) > 256:
         raise errors.ValidationFailed("an audited action needs an actor of 1 to 256 characters")
     check_text(actor, "actor")
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     scope = AuditScope()
-    with _write_transaction():
+    with write_transaction():
         yield scope
-        AuditEntry.objects.create(
-            created_at=_now(now),
+        AuditEntry.store_objects.create(
+            created_at=utc_now(now),
             actor=actor,
             via=via,
             action=action,
@@ -60,5 +60,5 @@ def list_audit(execution_id: str | None = None, *, limit: int = 100) -> list[Aud
     """Audit entries, newest first; of one execution when ``execution_id`` is given."""
     query = AuditEntry.objects.order_by("-created_at", "-id")
     if execution_id is not None:
-        query = query.filter(execution_id=_eid(execution_id))
+        query = query.filter(execution_id=canonical_id(execution_id))
     return [AuditRecord(e.created_at, e.actor, e.via, e.action, e.execution_id, e.detail) for e in query[:limit]]

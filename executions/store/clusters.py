@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from executions.models import ClusterHeartbeat
-from executions.store.common import _now, _write_transaction
+from executions.store.common import utc_now, write_transaction
 
 HEARTBEAT_INTERVAL = timedelta(seconds=5)
 GONE_AFTER = 3 * HEARTBEAT_INTERVAL  # three missed reports
@@ -40,9 +40,9 @@ def record_heartbeat(
     now: datetime | None = None,
 ) -> None:
     """Upsert the cluster's report (one row per cluster)."""
-    now = _now(now)
-    with _write_transaction():
-        ClusterHeartbeat.objects.update_or_create(
+    now = utc_now(now)
+    with write_transaction():
+        ClusterHeartbeat.store_objects.update_or_create(
             cluster_id=cluster_id,
             defaults=dict(
                 hostname=hostname,
@@ -60,14 +60,14 @@ def record_heartbeat(
 
 def record_cluster_stopped(cluster_id: str, *, now: datetime | None = None) -> None:
     """A cluster that stops in order says so; the dashboard shows it gone at once."""
-    now = _now(now)
-    with _write_transaction():
-        ClusterHeartbeat.objects.filter(cluster_id=cluster_id).update(stopped_at=now, last_seen_at=now, running=0)
+    now = utc_now(now)
+    with write_transaction():
+        ClusterHeartbeat.store_objects.filter(cluster_id=cluster_id).update(stopped_at=now, last_seen_at=now, running=0)
 
 
 def list_clusters(*, now: datetime | None = None, include_gone_for: timedelta = timedelta(days=1)) -> list[ClusterInfo]:
     """Clusters seen within ``include_gone_for``, newest report first, each alive or gone."""
-    now = _now(now)
+    now = utc_now(now)
     rows = ClusterHeartbeat.objects.filter(last_seen_at__gte=now - include_gone_for).order_by("-last_seen_at")
     return [
         ClusterInfo(

@@ -1,4 +1,11 @@
-"""Helpers shared by the store's modules: time, ids, transactions, row locks, payload checks."""
+"""Helpers shared by the store's modules: time, ids, transactions, row locks, payload checks,
+and the small changes of a locked ``t_state`` row that several writes make (``set_fields``,
+``to_pending``, ``notify_pending``, ``check_fence``).
+
+Every name here is public to the store's modules and to no one else: callers outside
+the store use ``executions.store``'s ``__all__``.
+
+why: D8, D55, D66, D68"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from executions import conf, errors
+from executions import conf, errors, notify
 from executions.events import (
     canonical_json,
     check_storable,
@@ -30,11 +37,11 @@ from executions.models import (
     ExecutionState,
 )
 from executions.sql import Statements, in_list
-from executions.state_machine import State
-from executions.store.datatypes import BlockingStack, EventRecord
+from executions.state_machine import Lifecycle, State
+from executions.store.datatypes import BlockingStack, EventRecord, Fence
 
 
-def _now(now: datetime | None) -> datetime:
+def utc_now(now: datetime | None) -> datetime:
     """A caller's timestamp (now when None): aware, with a date in UTC."""
     if now is None:
         return timezone.now()
@@ -52,12 +59,12 @@ def in_utc(value: datetime, refusal: errors.StoreError) -> datetime:
         raise refusal from None
 
 
-def _eid(execution_id: str | ExecutionId) -> str:
+def canonical_id(execution_id: str | ExecutionId) -> str:
     return str(ExecutionId.parse(execution_id))
 
 
 @contextlib.contextmanager
-def _write_transaction():
+def write_transaction():
     """One store operation: atomic, with constraint violations reported as ``Conflict``."""
     try:
         with transaction.atomic():
@@ -67,7 +74,7 @@ def _write_transaction():
 
 
 @contextlib.contextmanager
-def _snapshot():
+def read_snapshot():
     """A consistent multi-query read (REPEATABLE READ on PostgreSQL, spec 004 §5.4.19)."""
     outermost = not connection.in_atomic_block
     with transaction.atomic():
@@ -163,7 +170,7 @@ def columns_of(model, alias: str | None = None) -> str:
 STATE_COLUMNS = columns_of(ExecutionState)
 
 
-def _rows_for_update(execution_ids, *, then=()) -> dict[str, ExecutionState]:
+def rows_for_update(execution_ids, *, then=()) -> dict[str, ExecutionState]:
     """Lock ``t_state`` rows and load them, in one query: ``execution_ids`` in id order,
     then the rows of ``then`` that are not among them, in id order (a group commit's
     executions, then their parents). Every writer locks in this order, children before
@@ -182,14 +189,14 @@ def _rows_for_update(execution_ids, *, then=()) -> dict[str, ExecutionState]:
     return {row.pk: row for row in load_rows(ExecutionState, sql, params)}
 
 
-def _row_for_update(execution_id: str) -> ExecutionState:
-    row = _rows_for_update([execution_id]).get(execution_id)
+def row_for_update(execution_id: str) -> ExecutionState:
+    row = rows_for_update([execution_id]).get(execution_id)
     if row is None:
         raise errors.NotFound(f"execution `{execution_id}` not found")
     return row
 
 
-def _json_payload(what: str, value: Any) -> None:
+def check_payload(what: str, value: Any) -> None:
     """Refuse values that cannot be stored exactly (``UnsupportedValue``: not JSON, NUL,
     lone surrogates, too deeply nested) or are larger than ``MAX_PAYLOAD_BYTES``."""
     check_storable(value, what, max_depth=conf.get("MAX_JSON_DEPTH"))
@@ -199,7 +206,7 @@ def _json_payload(what: str, value: Any) -> None:
         raise errors.PayloadTooLarge(what, size, limit)
 
 
-def _millis(value: timedelta) -> int:
+def millis(value: timedelta) -> int:
     return value // timedelta(milliseconds=1)
 
 
@@ -209,12 +216,12 @@ STATE_FIELDS = tuple(f.name for f in ExecutionState._meta.concrete_fields)
 EVENT_FIELDS = tuple(f.name for f in ExecutionEvent._meta.concrete_fields if f.name != "id")
 
 
-def _json(value: Any) -> Any:
+def json_column(value: Any) -> Any:
     """A JSON column read with a raw cursor: parsed already (psycopg) or text (SQLite)."""
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
-def _record(version: int, created_at: datetime, json_value: Any) -> EventRecord:
+def event_record(version: int, created_at: datetime, json_value: Any) -> EventRecord:
     return EventRecord(version, created_at, event_from_json(json_value))
 
 
@@ -232,7 +239,7 @@ def backtrace_hash(frames: list) -> str:
     return "01" + hashlib.sha256(canonical_json(frames).encode()).hexdigest()
 
 
-def _add_backtrace(statements: Statements, execution_id: str, stack: BlockingStack, low: int, high: int) -> None:
+def add_backtrace(statements: Statements, execution_id: str, stack: BlockingStack, low: int, high: int) -> None:
     """The stack that wrote events ``[low, high)``, deduplicated by its hash (spec 000
     §2.5, §3.6), added to the operation's statements: no round trip of its own."""
     digest = backtrace_hash(stack.frames)
@@ -251,3 +258,48 @@ def _add_backtrace(statements: Statements, execution_id: str, stack: BlockingSta
     )
     fields = ("execution", "component_id", "version_min_including", "version_max_excluding", "backtrace")
     statements.insert(ExecutionBacktrace, [row], fields, ignore_conflicts=True)
+
+
+def check_fence(row: ExecutionState, fence: Fence) -> None:
+    """``LockLost`` unless ``fence`` is the row's current lock (spec 004 §5.1)."""
+    if row.run_id != fence.run_id or row.lock_generation != fence.lock_generation:
+        raise errors.LockLost(
+            f"execution `{row.execution_id}`: the lock of {fence.run_id} (generation {fence.lock_generation}) "
+            f"is not current (holder {row.run_id}, generation {row.lock_generation})"
+        )
+
+
+def set_fields(row: ExecutionState, **values) -> set[str]:
+    """Assign ``values`` to ``row``; the names of the fields to save."""
+    for name, value in values.items():
+        setattr(row, name, value)
+    return set(values)
+
+
+# Columns that describe the current lock or wait: cleared whenever the row leaves it.
+NO_LOCK = {"max_retries": None, "retry_exp_backoff_millis": None, "last_lock_version": None, "result_kind": None}
+NO_WAIT = {"join_set_id": None, "join_set_closing": None}
+
+
+PENDING_CLEARS = tuple({**NO_LOCK, **NO_WAIT})  # the columns ``to_pending`` empties
+
+
+def to_pending(row: ExecutionState, at: datetime) -> set[str]:
+    """§6.5 A/B; the holder (``executor_id``/``run_id``) is kept so it can extend its lock."""
+    return set_fields(row, state=State.PENDING_AT, pending_expires_finished=at, **NO_LOCK, **NO_WAIT)
+
+
+def notify_pending(row: ExecutionState, notes: notify.Notes, *, announce_later: bool = True) -> None:
+    """Announce a row that became lockable: due now on ``obelisk_pending``, due later on
+    ``obelisk_scheduled`` (so brokers recompute their next wake-up).
+
+    ``announce_later=False``: a workflow whose wait was resolved while its run awaits in
+    place is due later only at that run's lock expiry, in case the run dies (spec 000 §10
+    keep-warm); the run itself goes on, woken by ``obelisk_response``. Brokers look at the
+    table at least every half second, long before a lock expires, so waking every broker of
+    every cluster for each response to an awaiting workflow bought nothing (D66)."""
+    if row.state == State.PENDING_AT and row.lifecycle == Lifecycle.ACTIVE:
+        if row.pending_expires_finished <= timezone.now():
+            notes.pending_ffqns.add(row.ffqn)
+        elif announce_later:
+            notes.scheduled = True

@@ -27,7 +27,7 @@ from executions.models import ExecutionState
 from executions.outcome import FAILURE_OUTCOMES, outcome_of, outcome_of_result_kind
 from executions.state_machine import Lifecycle, State
 from executions.store.clusters import ClusterInfo, list_clusters
-from executions.store.common import _now
+from executions.store.common import utc_now
 from executions.store.listing import finished_since
 
 WINDOW = 100_000  # newest executions the breakdown by state and outcome covers
@@ -79,7 +79,7 @@ class Dashboard:
 
 def dashboard(now: datetime | None = None, *, window: int = WINDOW) -> Dashboard:
     """The dashboard's numbers at ``now`` (a handful of index-served queries)."""
-    now = _now(now)
+    now = utc_now(now)
     by_state, by_outcome, counted = _breakdown(now, window)
     pending, scheduled = _pending_counts(now)
     running, expired = _locked_counts(now)
@@ -112,7 +112,7 @@ def dashboard(now: datetime | None = None, *, window: int = WINDOW) -> Dashboard
 
 def oldest_pending(now: datetime | None = None) -> OldestPending | None:
     """The execution that has been due longest (the head of ``t_state_pending_ffqn``)."""
-    now = _now(now)
+    now = utc_now(now)
     row = (
         _due(now)
         .order_by("pending_expires_finished")
@@ -143,7 +143,7 @@ def finished_since_by_outcome(since: datetime) -> dict[str, int]:
 
 def backlog(now: datetime | None = None) -> dict[str, int]:
     """Due pending executions per function (the telemetry's backlog gauge)."""
-    now = _now(now)
+    now = utc_now(now)
     return dict(_due(now).values_list("ffqn").annotate(n=_count()).values_list("ffqn", "n"))
 
 

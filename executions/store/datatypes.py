@@ -13,9 +13,9 @@ from executions.events import (
     Event,
     Finished,
     Locked,
+    Response,  # re-exported: one definition, in the pure core
     RetryConfig,
     RetVal,
-    retval_from_json,
 )
 from executions.models import (
     ExecutionState,
@@ -107,28 +107,6 @@ class BlockingStack:
 
     component_id: dict
     frames: list
-
-
-@dataclass(frozen=True)
-class Response:
-    """A join-set response as the parent sees it; ``seq`` is the per-parent cursor."""
-
-    seq: int
-    created_at: datetime
-    join_set_id: str
-    delay_id: str | None = None
-    delay_success: bool | None = None
-    child_execution_id: str | None = None
-    finished_version: int | None = None
-    child_retval: RetVal | None = None
-
-    @classmethod
-    def of(cls, seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, child_finished):
-        """A response as stored: ``child_finished`` is the child's ``Finished`` event as its
-        JSON reads back from the log (None for a delay). The one way both the read and a
-        group commit's hand-over (D67) make it, so a run sees the same value either way."""
-        retval = retval_from_json(child_finished[Finished.VARIANT]["retval"]) if child_finished else None
-        return cls(seq, created_at, join_set_id, delay_id, delay_success, child_id, finished_version, retval)
 
 
 @dataclass
@@ -247,6 +225,10 @@ class CancelOutcome(enum.StrEnum):
 
 
 class DelayOutcome(enum.StrEnum):
+    """What delivering a delay's response did (``fire_delay``, ``append_delay_response``);
+    what a workflow sees when it consumes that response is ``workers.replay``'s
+    ``ConsumedDelay``."""
+
     DELIVERED = "delivered"
     ALREADY_FIRED = "already_fired"
     ALREADY_CANCELLED = "already_cancelled"

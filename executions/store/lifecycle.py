@@ -30,19 +30,19 @@ from executions.state_machine import (
     State,
 )
 from executions.store.append import append
-from executions.store.common import _eid, _now, _row_for_update, _write_transaction, has_unfinished_children
+from executions.store.common import canonical_id, has_unfinished_children, row_for_update, utc_now, write_transaction
 from executions.store.datatypes import CancelOutcome, Fence
 from executions.store.reads import get_event
-from executions.store.transitions import _append_in_tx
+from executions.store.transitions import append_in_tx
 
 
 def pause_execution(execution_id: str, *, now: datetime | None = None) -> int:
     """Pause a pending or blocked execution. A running workflow is unlocked first (its run
     is fenced out); a running activity cannot be paused, only cancelled."""
-    now = _now(now)
-    execution_id = _eid(execution_id)
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         if row.is_finished:
             raise errors.AlreadyFinished(f"execution `{execution_id}` is already finished")
         notes = notify.Notes()
@@ -50,19 +50,19 @@ def pause_execution(execution_id: str, *, now: datetime | None = None) -> int:
         if row.state == State.LOCKED and row.lifecycle == Lifecycle.ACTIVE:
             if row.component_type in ACTIVITY_TYPES:
                 raise errors.IllegalState("cannot pause a running activity; cancel it instead")
-            version = _append_in_tx(row, version, Unlocked(unlocked_at=now, reason="paused"), now, None, notes)
-        version = _append_in_tx(row, version, Paused(), now, None, notes)
+            version = append_in_tx(row, version, Unlocked(unlocked_at=now, reason="paused"), now, None, notes)
+        version = append_in_tx(row, version, Paused(), now, None, notes)
         notes.publish()
     return version
 
 
 def unpause_execution(execution_id: str, *, now: datetime | None = None) -> int:
-    now = _now(now)
-    execution_id = _eid(execution_id)
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         notes = notify.Notes()
-        version = _append_in_tx(row, row.next_version, Unpaused(), now, None, notes)
+        version = append_in_tx(row, row.next_version, Unpaused(), now, None, notes)
         notes.publish()
     return version
 
@@ -73,17 +73,17 @@ def cancel(execution_id: str, *, now: datetime | None = None) -> CancelOutcome:
     Distinct outcomes (spec 004 §5.4 item 18): requested now, already cancelling, already
     finished as cancelled, already finished otherwise. A missing execution is ``NotFound``.
     """
-    now = _now(now)
-    execution_id = _eid(execution_id)
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         if row.is_finished:
             cancelled = result_kind_of(ExecutionFailure("cancelled"))
             return CancelOutcome.ALREADY_CANCELLED if row.result_kind == cancelled else CancelOutcome.ALREADY_FINISHED
         if row.lifecycle == Lifecycle.CANCELLING:
             return CancelOutcome.ALREADY_CANCELLING
         notes = notify.Notes()
-        _append_in_tx(row, row.corresponding_version + 1, CancellationRequested(), now, None, notes)
+        append_in_tx(row, row.corresponding_version + 1, CancellationRequested(), now, None, notes)
         notes.publish()
     return CancelOutcome.REQUESTED
 
@@ -93,13 +93,13 @@ def reschedule(execution_id: str, at: datetime | None = None, *, now: datetime |
     a scheduled execution or one waiting out a retry's back-off (decisions.md D54). Counts
     no failure and touches no lock; anything but a pending, active execution is
     ``IllegalState`` (``AlreadyFinished`` once finished). Returns the next version."""
-    now = _now(now)
-    at = now if at is None else _now(at)
-    execution_id = _eid(execution_id)
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    now = utc_now(now)
+    at = now if at is None else utc_now(at)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         notes = notify.Notes()
-        version = _append_in_tx(row, row.next_version, Rescheduled(scheduled_at=at), now, None, notes)
+        version = append_in_tx(row, row.next_version, Rescheduled(scheduled_at=at), now, None, notes)
         notes.publish()
     return version
 
@@ -123,10 +123,10 @@ def finish_cancelled(
     Workflows are finished here only once they have no unfinished children. Returns whether
     it finished the execution.
     """
-    now = _now(now)
-    execution_id = _eid(execution_id)
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         if row.lifecycle != Lifecycle.CANCELLING:
             return False
         if fence is None and row.state == State.LOCKED and row.pending_expires_finished > now:
@@ -135,7 +135,7 @@ def finish_cancelled(
             return False
         notes = notify.Notes()
         retval = ExecutionFailure("cancelled", "cancellation requested")
-        _append_in_tx(row, version or row.corresponding_version + 1, Finished(retval=retval), now, fence, notes)
+        append_in_tx(row, version or row.corresponding_version + 1, Finished(retval=retval), now, fence, notes)
         notes.publish()
     return True
 
@@ -146,8 +146,8 @@ def cancel_children(execution_id: str, *, now: datetime | None = None) -> int:
     is then finished by the driver in turn (an activity at once, or by its run; a child
     workflow after its own children); the workflow itself finishes once all have. Returns
     how many were asked."""
-    now = _now(now)
-    execution_id = _eid(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
     descendants = list(
         ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
         .exclude(state=State.FINISHED)
@@ -168,7 +168,7 @@ def upsert_stub_response(execution_id: str, retval: RetVal, *, now: datetime | N
     Returns True when it wrote, False when the same value was already there; a different
     value is ``StubConflict``. The parent gets the response in the same transaction.
     """
-    now = _now(now)
+    now = utc_now(now)
     child = ExecutionId.parse(execution_id)
     if child.is_top_level:
         raise errors.ValidationFailed("only a derived (child) execution can be stubbed")

@@ -18,14 +18,14 @@ from executions.state_machine import (
     Lifecycle,
     State,
 )
-from executions.store.common import _now, in_utc
+from executions.store.common import in_utc, utc_now
 from executions.store.datatypes import STATUS_FILTERS, ExecutionFilter, ExecutionSnapshot, Page
 
 MAX_FILTER_CHARS = 1024  # longest text filter; the longest column compared (execution_id) has 1024
 MAX_CURSOR_CHARS = 2048
 
 
-def _filter_text(value: object, what: str) -> str:
+def filter_text(value: object, what: str) -> str:
     """A text filter must be text that can reach the database: ``ValidationFailed`` for a
     non-string or an over-long one, ``UnsupportedValue`` for a NUL or a lone surrogate
     (PostgreSQL cannot take either; the driver would raise mid-query)."""
@@ -118,11 +118,12 @@ def _aware(value: object, what: str) -> datetime:
 
 
 def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):
-    """The queryset of ``list_executions`` (also used by the admin's counts)."""
-    now = _now(now)
+    """The queryset of ``list_executions`` (also used by the admin's counts): read-only, as
+    every ``objects`` queryset of the store's models is (``models.ReadOnlyQuerySet``)."""
+    now = utc_now(now)
     query = ExecutionState.objects.all()
     if filters.parent_id:
-        parent = ExecutionId.parse(_filter_text(filters.parent_id, "parent id"))
+        parent = ExecutionId.parse(filter_text(filters.parent_id, "parent id"))
         # Children are `<parent>.<kind>:<name>_<idx>` with no further `.` after the prefix.
         query = query.filter(execution_id__startswith=f"{parent}.").exclude(
             execution_id__regex=r"^" + str(parent).replace(".", r"\.") + r"\.[^.]*\."
@@ -136,15 +137,15 @@ def filter_executions(filters: ExecutionFilter, *, now: datetime | None = None):
     if filters.outcomes:
         query = query.filter(outcome_condition(filters.outcomes, now))
     if filters.ffqn_prefix:
-        query = query.filter(ffqn__startswith=_filter_text(filters.ffqn_prefix, "function prefix"))
+        query = query.filter(ffqn__startswith=filter_text(filters.ffqn_prefix, "function prefix"))
     if filters.execution_id_prefix:
-        query = query.filter(execution_id__startswith=_filter_text(filters.execution_id_prefix, "execution id prefix"))
+        query = query.filter(execution_id__startswith=filter_text(filters.execution_id_prefix, "execution id prefix"))
     if filters.hide_finished:
         query = query.exclude(state=State.FINISHED)
     if filters.deployment_id:
-        query = query.filter(deployment_id=_filter_text(filters.deployment_id, "deployment id"))
+        query = query.filter(deployment_id=filter_text(filters.deployment_id, "deployment id"))
     if filters.component_digest:
-        query = query.filter(component_id_input_digest=_filter_text(filters.component_digest, "component digest"))
+        query = query.filter(component_id_input_digest=filter_text(filters.component_digest, "component digest"))
     if filters.statuses:
         unknown = set(filters.statuses) - set(STATUS_FILTERS)
         if unknown:

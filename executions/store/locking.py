@@ -37,26 +37,21 @@ from executions.state_machine import (
     State,
 )
 from executions.store.append import append_many
+from executions.store.claim import lock_ctes, lock_document, lock_fields, new_lock
 from executions.store.common import (
     EVENT_FIELDS,
-    _eid,
-    _json,
-    _now,
-    _row_for_update,
-    _write_transaction,
+    canonical_id,
+    check_fence,
+    json_column,
     new_instance,
+    row_for_update,
+    utc_now,
+    write_transaction,
 )
 from executions.store.datatypes import AppendItem, Fence, LockedExecution, LockTerms
-from executions.store.reads import _histories, _responses_of
-from executions.store.transitions import (
-    _apply,
-    _check_fence,
-    _write_applied,
-    lock_ctes,
-    lock_document,
-    lock_fields,
-    new_lock,
-)
+from executions.store.reads import histories_of as _histories  # a seam the tests replace
+from executions.store.reads import responses_of
+from executions.store.transitions import apply_event, write_applied
 
 
 def lock_pending(
@@ -81,7 +76,7 @@ def lock_pending(
     (a parked run, D77). One claimed at exactly that version, where nothing was written
     since, comes without its history and responses (``history`` None): they are not read.
     """
-    now = _now(now)
+    now = utc_now(now)
     parse_executor_id(executor_id)
     parse_run_id(run_id)
     parse_deployment_id(deployment_id)
@@ -91,7 +86,7 @@ def lock_pending(
         return []
     if Statements().can_run_in_own_transaction():
         return _lock_pending_in_one_message(functions, limit, executor_id, run_id, deployment_id, now, known or {})
-    with _write_transaction():
+    with write_transaction():
         candidates = _due_candidates(list(functions), now, limit)
         if not candidates:
             return []
@@ -131,7 +126,7 @@ def lock_pending(
         statements.add(
             f"SELECT execution_id, json_value FROM t_execution_log WHERE version = 0 AND execution_id {where}", params
         )
-        created = {execution_id: _json(value) for execution_id, value in statements.run()}
+        created = {execution_id: json_column(value) for execution_id, value in statements.run()}
         return _locked_executions(candidates, locked_events, deployment_id, created, known or {})
 
 
@@ -199,7 +194,7 @@ def _lock_pending_in_one_message(
         execution_id: locked_by_ffqn[ffqn].model_copy(update={"lock_generation": generation + 1})
         for execution_id, ffqn, _, generation, _, _ in candidates
     }
-    created = {row[0]: _json(row[6]) for row in rows}
+    created = {row[0]: json_column(row[6]) for row in rows}
     try:
         return _locked_executions(candidates, locked_events, deployment_id, created, known)
     except DATABASE_ERRORS:  # the statement committed: what it locked goes back at once (D78)
@@ -210,7 +205,7 @@ def _lock_pending_in_one_message(
 def _hand_back(candidates, locked_events: dict[str, Locked]) -> None:
     """Best effort: ``Unlocked`` for each claimed execution, with the claim's fence, so a
     claim whose reads failed leaves nothing locked until its locks expire."""
-    unlocked = Unlocked(unlocked_at=_now(None), reason="handed back: reading its history failed")
+    unlocked = Unlocked(unlocked_at=utc_now(None), reason="handed back: reading its history failed")
     items = [AppendItem(c[0], None, unlocked, Fence(locked_events[c[0]].run_id, c[3] + 1)) for c in candidates]
     try:
         append_many(items)
@@ -248,7 +243,7 @@ def _locked_executions(
         )
     workflows = [c[0] for c in candidates if c[5] == "workflow" and known.get(c[0]) != c[2]]
     histories = _histories(workflows) if workflows else {}
-    responses = _responses_of(workflows) if workflows else {}
+    responses = responses_of(workflows) if workflows else {}
     out = []
     for execution_id, ffqn, version, generation, intermittent, component_type in candidates:
         body = created[execution_id][Created.VARIANT]
@@ -283,7 +278,7 @@ def with_history(locked: LockedExecution) -> LockedExecution:
     if locked.history is not None:
         return locked
     history = _histories([locked.execution_id]).get(locked.execution_id, [])
-    responses = _responses_of([locked.execution_id]).get(locked.execution_id, [])
+    responses = responses_of([locked.execution_id]).get(locked.execution_id, [])
     return dataclasses.replace(locked, history=history, responses=responses)
 
 
@@ -298,15 +293,15 @@ def lock_one(
     now: datetime | None = None,
 ) -> LockedExecution:
     """Lock one execution at ``version`` (a new lock, or an extension by the same run)."""
-    now = _now(now)
-    execution_id = _eid(execution_id)
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
     locked = new_lock(terms, executor_id, run_id, deployment_id, now)
-    with _write_transaction():
-        row = _row_for_update(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
         intermittent = row.intermittent_event_count
         notes = notify.Notes()
-        applied = _apply(row, version, locked, now, None, notes)
-        _write_applied(row, applied)
+        applied = apply_event(row, version, locked, now, None, notes)
+        write_applied(row, applied)
         candidate = (execution_id, row.ffqn, version - 1, row.lock_generation - 1, intermittent, row.component_type)
         locked = event_from_json(applied.event_row.json_value)
         return _locked_executions([candidate], {execution_id: locked}, deployment_id)[0]
@@ -328,18 +323,18 @@ def extend_lock(
     for a version. Returns the execution's lifecycle, so a holder renewing the lock of an
     execution being cancelled learns it at once (``"cancelling"``).
     """
-    now = _now(now)
-    lock_expires_at = _now(lock_expires_at)
-    execution_id = _eid(execution_id)
+    now = utc_now(now)
+    lock_expires_at = utc_now(lock_expires_at)
+    execution_id = canonical_id(execution_id)
     if lock_expires_at <= now:
         raise errors.ValidationFailed("invalid expiry date: a renewed lock must expire after now")
-    with _write_transaction():
-        row = _row_for_update(execution_id)
-        _check_fence(row, fence)
+    with write_transaction():
+        row = row_for_update(execution_id)
+        check_fence(row, fence)
         if row.state != State.LOCKED:
             raise errors.IllegalState(f"cannot renew the lock of `{execution_id}`: it is {row.state}")
         if lock_expires_at > row.pending_expires_finished:
-            ExecutionState.objects.filter(pk=execution_id).update(
+            ExecutionState.store_objects.filter(pk=execution_id).update(
                 pending_expires_finished=lock_expires_at, updated_at=now
             )
     return row.lifecycle

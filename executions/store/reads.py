@@ -31,13 +31,13 @@ from executions.models import (
 from executions.sql import rows_by_key
 from executions.store.common import (
     STATE_COLUMNS,
-    _eid,
-    _json,
-    _record,
-    _snapshot,
+    canonical_id,
     columns_of,
+    event_record,
+    json_column,
     load_rows,
     load_rows_with_extras,
+    read_snapshot,
 )
 from executions.store.datatypes import (
     EventRecord,
@@ -61,7 +61,7 @@ def append_logs(
     its std streams ``(created_at, 1 stdout | 2 stderr, bytes)``, in one transaction.
     Fire-and-forget like upstream's: no fence (a late run's logs are still its logs), and
     text is made storable (NUL, lone surrogates escaped) rather than refused."""
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     rows = [
         LogEntry(execution_id=execution_id, run_id=run_id, created_at=at, level=level, message=storable_text(message))
         for at, level, message in entries
@@ -70,13 +70,13 @@ def append_logs(
         for at, stream, payload in streams
     ]
     if rows:
-        LogEntry.objects.bulk_create(rows)
+        LogEntry.store_objects.bulk_create(rows)
     return len(rows)
 
 
 def list_backtraces(execution_id: str) -> list[tuple[int, int, list]]:
     """``(version_min_including, version_max_excluding, frames)`` of an execution, in order."""
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     rows = (
         ExecutionBacktrace.objects.filter(execution_id=execution_id)
         .order_by("version_min_including")
@@ -87,7 +87,7 @@ def list_backtraces(execution_id: str) -> list[tuple[int, int, list]]:
 
 def list_logs(execution_id: str, *, after_id: int = 0, limit: int = 100) -> list[LogRecord]:
     """Log records and std-stream chunks of every run, in the order they were written."""
-    rows = LogEntry.objects.filter(execution_id=_eid(execution_id), id__gt=after_id).order_by("id")[:limit]
+    rows = LogEntry.objects.filter(execution_id=canonical_id(execution_id), id__gt=after_id).order_by("id")[:limit]
     return [
         LogRecord(
             r.id,
@@ -106,7 +106,7 @@ _STATE_SQL = f"SELECT {STATE_COLUMNS} FROM t_state WHERE execution_id = %s"
 
 
 def get_state(execution_id: str) -> ExecutionSnapshot:
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     rows = load_rows(ExecutionState, _STATE_SQL, [execution_id])
     if not rows:
         raise errors.NotFound(f"execution `{execution_id}` not found")
@@ -116,8 +116,8 @@ def get_state(execution_id: str) -> ExecutionSnapshot:
 def get_detail(execution_id: str, *, max_children: int = 1000) -> ExecutionDetail:
     """The row, the call, the result, the attempts and the tree links of one execution,
     from one snapshot (the API's and the console's execution page)."""
-    execution_id = _eid(execution_id)
-    with _snapshot():
+    execution_id = canonical_id(execution_id)
+    with read_snapshot():
         state = get_state(execution_id)
         created = get_created(execution_id)
         attempts = ExecutionEvent.objects.filter(execution_id=execution_id, variant=Locked.VARIANT).count()
@@ -142,18 +142,18 @@ def get_detail(execution_id: str, *, max_children: int = 1000) -> ExecutionDetai
 
 
 def get_event(execution_id: str, version: int) -> EventRecord:
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     row = ExecutionEvent.objects.filter(execution_id=execution_id, version=version).values_list(
         "version", "created_at", "json_value"
     )
     found = list(row)
     if not found:
         raise errors.NotFound(f"execution `{execution_id}` has no event at version {version}")
-    return _record(*found[0])
+    return event_record(*found[0])
 
 
 def get_last_event(execution_id: str) -> EventRecord:
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     found = list(
         ExecutionEvent.objects.filter(execution_id=execution_id)
         .order_by("-version")
@@ -161,7 +161,7 @@ def get_last_event(execution_id: str) -> EventRecord:
     )
     if not found:
         raise errors.NotFound(f"execution `{execution_id}` not found")
-    return _record(*found[0])
+    return event_record(*found[0])
 
 
 def get_created(execution_id: str) -> Created:
@@ -170,28 +170,28 @@ def get_created(execution_id: str) -> Created:
 
 def get(execution_id: str) -> ExecutionLog:
     """State, every event and every response, read from one snapshot."""
-    execution_id = _eid(execution_id)
-    with _snapshot():
+    execution_id = canonical_id(execution_id)
+    with read_snapshot():
         state = get_state(execution_id)
         events = [
-            _record(*row)
+            event_record(*row)
             for row in ExecutionEvent.objects.filter(execution_id=execution_id)
             .order_by("version")
             .values_list("version", "created_at", "json_value")
         ]
-        responses = _responses_of([execution_id]).get(execution_id, [])
+        responses = responses_of([execution_id]).get(execution_id, [])
     return ExecutionLog(state, events, responses)
 
 
 def list_events(execution_id: str, *, from_version: int = 0, limit: int = 100) -> tuple[list[EventRecord], int]:
     """Events with ``version >= from_version``, ascending, and the highest version."""
-    execution_id = _eid(execution_id)
-    with _snapshot():
+    execution_id = canonical_id(execution_id)
+    with read_snapshot():
         max_version = ExecutionEvent.objects.filter(execution_id=execution_id).aggregate(m=Max("version"))["m"]
         if max_version is None:
             raise errors.NotFound(f"execution `{execution_id}` not found")
         events = [
-            _record(*row)
+            event_record(*row)
             for row in ExecutionEvent.objects.filter(execution_id=execution_id, version__gte=from_version)
             .order_by("version")
             .values_list("version", "created_at", "json_value")[:limit]
@@ -201,26 +201,26 @@ def list_events(execution_id: str, *, from_version: int = 0, limit: int = 100) -
 
 def list_responses(execution_id: str, *, after_seq: int = 0, limit: int | None = 100) -> tuple[list[Response], int]:
     """Responses with ``seq > after_seq`` in ``seq`` order, and the highest ``seq`` (0 if none)."""
-    execution_id = _eid(execution_id)
-    with _snapshot():
+    execution_id = canonical_id(execution_id)
+    with read_snapshot():
         max_seq = JoinSetResponse.objects.filter(execution_id=execution_id).aggregate(m=Max("seq"))["m"] or 0
-        responses = _responses_of([execution_id], after_seq=after_seq, limit=limit).get(execution_id, [])
+        responses = responses_of([execution_id], after_seq=after_seq, limit=limit).get(execution_id, [])
     return responses, max_seq
 
 
 def responses_after(execution_id: str, after_seq: int) -> list[Response]:
     """The responses with ``seq > after_seq``, in order: what a waiting workflow run asks for
     each time it wakes (two small queries; no snapshot needed, ``seq`` only grows)."""
-    return _responses_of([_eid(execution_id)], after_seq=after_seq).get(_eid(execution_id), [])
+    return responses_of([canonical_id(execution_id)], after_seq=after_seq).get(canonical_id(execution_id), [])
 
 
-def _histories(execution_ids: list[str]) -> dict[str, list[EventRecord]]:
+def histories_of(execution_ids: list[str]) -> dict[str, list[EventRecord]]:
     """The history events of workflows, in order: what a run replays (one fixed query)."""
     out: dict[str, list[EventRecord]] = defaultdict(list)
     source, params = rows_by_key("t_execution_log", "l", "execution_id", execution_ids, "l.variant = %s")
     sql = f"SELECT {_EVENT_COLUMNS_L} FROM {source} ORDER BY l.execution_id, l.version"
     for row in load_rows(ExecutionEvent, sql, [*params, HistoryEventRecord.VARIANT]):
-        out[row.execution_id].append(_record(row.version, row.created_at, row.json_value))
+        out[row.execution_id].append(event_record(row.version, row.created_at, row.json_value))
     return out
 
 
@@ -238,7 +238,7 @@ ORDER BY r.execution_id, r.seq
 """
 
 
-def _responses_of(
+def responses_of(
     execution_ids: list[str], *, after_seq: int = 0, limit: int | None = None
 ) -> dict[str, list[Response]]:
     """Responses with their children's results, in one query (a waiting run asks at every
@@ -251,7 +251,7 @@ def _responses_of(
         params.append(limit)
     out: dict[str, list[Response]] = defaultdict(list)
     for r, (child_finished,) in load_rows_with_extras(JoinSetResponse, sql, params):
-        finished = _json(child_finished) if child_finished is not None else None
+        finished = json_column(child_finished) if child_finished is not None else None
         out[r.execution_id].append(
             Response.of(
                 r.seq,
@@ -270,8 +270,8 @@ def _responses_of(
 def get_tree(execution_id: str) -> list[tuple[ExecutionSnapshot, RetVal | None]]:
     """An execution and every execution started in its join sets, at any depth, each with
     its result (None while it runs), in id order (a parent before its children)."""
-    execution_id = _eid(execution_id)
-    with _snapshot():
+    execution_id = canonical_id(execution_id)
+    with read_snapshot():
         rows = list(
             ExecutionState.objects.filter(Q(pk=execution_id) | Q(execution_id__startswith=execution_id + ".")).order_by(
                 "execution_id"
@@ -310,7 +310,7 @@ def _progress(execution_ids: list[str]) -> dict[str, RetVal | None]:
             cursor.execute(_PROGRESS_SQL.format(source=source), params)
             for execution_id, json_value in cursor.fetchall():
                 out[execution_id] = (
-                    retval_from_json(_json(json_value)[Finished.VARIANT]["retval"]) if json_value else None
+                    retval_from_json(json_column(json_value)[Finished.VARIANT]["retval"]) if json_value else None
                 )
     return out
 
@@ -331,7 +331,7 @@ def wait_for_finished_result(
 ) -> RetVal:
     """Block until the execution finishes; ``Timeout`` after ``timeout`` seconds.
     ``release_connection``: as for ``wait_for_finished`` (D100)."""
-    execution_id = _eid(execution_id)
+    execution_id = canonical_id(execution_id)
     results = wait_for_finished([execution_id], timeout=timeout, release_connection=release_connection)
     return results[execution_id]
 
@@ -365,7 +365,7 @@ def wait_for_finished(
     reads again only when a notification names an execution without its value, or the
     session reconnected, or every ``RELEASED_RECHECK_SECONDS`` (D100).
     """
-    remaining = {_eid(execution_id) for execution_id in execution_ids}
+    remaining = {canonical_id(execution_id) for execution_id in execution_ids}
     total = len(remaining)
     deadline = None if timeout is None else time.monotonic() + timeout
     release_after = (

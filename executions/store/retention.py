@@ -28,7 +28,7 @@ from executions import errors
 from executions.models import ExecutionState
 from executions.sql import Statements, in_list
 from executions.state_machine import State
-from executions.store.common import _now, _write_transaction
+from executions.store.common import utc_now, write_transaction
 
 MAX_BATCH_SIZE = 10_000
 _TREES_PER_QUERY = 300  # roots whose trees one query reads (SQLite: 3 parameters each)
@@ -52,7 +52,7 @@ def delete_finished(
     ``max_seconds`` have passed (a later run goes on). ``dry_run`` deletes nothing and
     returns how many executions would have been deleted.
     """
-    older_than = _now(older_than)
+    older_than = utc_now(older_than)
     if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise errors.ValidationFailed(f"batch size must be from 1 to {MAX_BATCH_SIZE}, got {batch_size!r}")
     if max_batches is not None and max_batches < 1:
@@ -63,7 +63,7 @@ def delete_finished(
     while max_batches is None or batches < max_batches:
         if max_seconds is not None and batches and time.monotonic() - started >= max_seconds:
             break
-        with transaction.atomic() if dry_run else _write_transaction():
+        with transaction.atomic() if dry_run else write_transaction():
             roots = _candidates(older_than, batch_size, after, lock=not dry_run)
             if roots:
                 last_id, last_created_at = roots[-1]

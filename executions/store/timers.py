@@ -22,10 +22,10 @@ from executions.state_machine import (
     State,
     on_lock_expired,
 )
-from executions.store.common import _eid, _now, _write_transaction, has_unfinished_children
+from executions.store.common import canonical_id, has_unfinished_children, utc_now, write_transaction
 from executions.store.datatypes import DelayOutcome, ExpiredDelay
 from executions.store.responses import append_delay_response
-from executions.store.transitions import _append_in_tx
+from executions.store.transitions import append_in_tx
 
 logger = logging.getLogger("obelisk.store")
 
@@ -34,7 +34,7 @@ def get_expired_timers(
     *, now: datetime | None = None, limit: int = 1000
 ) -> tuple[list[ExpiredDelay], list[ExpiredLock]]:
     """Due, unpaused delays and expired locks (of any lifecycle; see ``on_lock_expired``)."""
-    now = _now(now)
+    now = utc_now(now)
     delays = [
         ExpiredDelay(*row)
         for row in Delay.objects.filter(expires_at__lte=now, is_paused=False)
@@ -97,9 +97,9 @@ def expire_lock(execution_id: str, *, now: datetime | None = None) -> Event | No
     the holder may have finished or extended in the meantime. The appended event revokes the
     holder's lock, so a late write from it fails with ``LockLost``.
     """
-    now = _now(now)
-    execution_id = _eid(execution_id)
-    with _write_transaction():
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
         row = (
             ExecutionState.objects.select_for_update(skip_locked=True)
             .filter(pk=execution_id, state=State.LOCKED, pending_expires_finished__lte=now)
@@ -112,7 +112,7 @@ def expire_lock(execution_id: str, *, now: datetime | None = None) -> Event | No
             lock = replace(lock, children_running=has_unfinished_children(execution_id))
         event = on_lock_expired(lock, now)
         notes = notify.Notes()
-        _append_in_tx(row, row.corresponding_version + 1, event, now, None, notes)
+        append_in_tx(row, row.corresponding_version + 1, event, now, None, notes)
         notes.publish()
     logger.info("lock of %s expired: %s", execution_id, event.VARIANT)
     return event

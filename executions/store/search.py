@@ -1,4 +1,10 @@
-"""Reads for the operator console that the other read modules do not cover."""
+"""Searching the log by the text of results and failures: the console's search "by the
+text of the error".
+
+``find_by_result_text`` reads ``Finished`` and ``TemporarilyFailed`` events with a LIKE /
+ILIKE, bounded by the candidates the caller gives it (a whole-log scan only without them).
+
+why: D95"""
 
 from __future__ import annotations
 
@@ -6,11 +12,8 @@ from django.db import connection
 from django.db.models import Q
 
 from executions.events import RESULT_KIND_OK, Finished, TemporarilyFailed
-from executions.models import ExecutionEvent
 from executions.state_machine import State
-from executions.store.common import _eid
-from executions.store.listing import _filter_text
-from executions.store.reads import get_event
+from executions.store.listing import filter_text
 
 MAX_FOUND = 1000
 
@@ -35,7 +38,7 @@ def find_by_result_text(text: str, *, limit: int = 200, within=None) -> list[str
     execution at a time, so the cost follows the size of ``within``, not the log's (D95).
     Ok values are not searched then. Without ``within``, the whole log is read.
     """
-    text = _filter_text(text, "search text")
+    text = filter_text(text, "search text")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FOUND:
         raise ValueError(f"limit must be between 1 and {MAX_FOUND}")
     if not text.strip():
@@ -79,18 +82,3 @@ def find_by_result_text(text: str, *, limit: int = 200, within=None) -> list[str
         for (execution_id,) in cursor.fetchall():
             found.setdefault(execution_id, None)
     return list(found)[:limit]
-
-
-def last_failure_detail(execution_id: str) -> tuple[int, str | None, str | None] | None:
-    """``(version, reason, detail)`` of the execution's last failed attempt
-    (``TemporarilyFailed``), or None: where a retried execution's traceback is."""
-    version = (
-        ExecutionEvent.objects.filter(execution_id=_eid(execution_id), variant=TemporarilyFailed.VARIANT)
-        .order_by("-version")
-        .values_list("version", flat=True)
-        .first()
-    )
-    if version is None:
-        return None
-    event = get_event(execution_id, version).event
-    return version, event.reason, event.detail
