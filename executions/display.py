@@ -115,22 +115,6 @@ def format_history(log) -> list[str]:
     return lines
 
 
-def format_tree(execution_id: str) -> list[str]:
-    """An execution and its children, indented by depth: function, outcome, duration."""
-    from executions import store
-
-    lines = []
-    for state, retval in store.get_tree(execution_id):
-        depth = state.execution_id.count(".")
-        if retval is None:
-            outcome, took = state.status, ""
-        else:
-            outcome = describe_retval(retval)
-            took = f"{(state.pending_expires_finished - state.created_at).total_seconds() * 1000:8.1f} ms  "
-        lines.append(f"{'  ' * (depth + 1)}{took}{state.execution_id.rsplit('.', 1)[-1]}  {state.ffqn}  {outcome}")
-    return lines
-
-
 def format_logs(entries) -> list[str]:
     """``store.LogRecord``s → lines: time, run, level (upper case) or stream, text."""
     lines = []
