@@ -442,8 +442,8 @@ class Clusters:
 def create_pending(count: int) -> list[str]:
     from executions import store
     from executions.ids import ExecutionId
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.testing import current_deployment_id
 
     spec = load_components()[FFQN]
     deployment_id = current_deployment_id()
@@ -545,7 +545,7 @@ def drain(url: str, workers: int, count: int, clusters: int = 1) -> dict:
 
 def one_at_a_time(count: int) -> dict:
     from executions import store
-    from workers.submission import submit
+    from workers.testing import submit
 
     started = time.perf_counter()
     ids = [submit(FFQN, [])[0] for _ in range(count)]
@@ -558,7 +558,7 @@ def one_at_a_time(count: int) -> dict:
 def latency_samples(count: int) -> list[float]:
     """Submit → result seen by the client, ms, for ``count`` executions back to back."""
     from executions import store
-    from workers.submission import submit
+    from workers.testing import submit
 
     samples = []
     for _ in range(count):

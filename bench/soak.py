@@ -468,7 +468,7 @@ class Driver:
 
     def submit_one(self) -> None:
         from executions.ids import ExecutionId
-        from workers.submission import submit
+        from workers.testing import submit
 
         kinds = list(KINDS)
         kind = self.rng.choices(kinds, weights=[KINDS[k][1] for k in kinds])[0]

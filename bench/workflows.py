@@ -147,7 +147,7 @@ def run_workflow(ffqn: str, n: int, meter: Meter, timeout: float) -> Run | None:
     weigh on the next measure) when it does not finish within ``timeout`` seconds."""
     from executions import errors, store
     from executions.events import Created, Finished, Locked, Ok
-    from workers.submission import submit
+    from workers.testing import submit
 
     with meter:
         execution_id, _ = submit(ffqn, [n])
@@ -214,7 +214,7 @@ def replay_once(log, spec) -> float:
 def replay(execution_id: str, repeat: int) -> dict:
     from executions import store
     from executions.events import HistoryEventRecord
-    from workers.registry import load_components
+    from workers.components import load_components
 
     started = time.perf_counter()
     log = store.get(execution_id)
@@ -239,7 +239,7 @@ def profile_replay(execution_id: str, top: int) -> str:
     import pstats
 
     from executions import store
-    from workers.registry import load_components
+    from workers.components import load_components
 
     log = store.get(execution_id)
     spec = load_components()[log.state.ffqn]

@@ -3,7 +3,7 @@ immutable, and executions point at them), with the functions each exports, their
 schemas, the worker clusters serving a deployment and links to the executions pinned to it.
 
 ``status`` and ``last_active_at`` are what ``t_deployment`` says: a worker activates its
-deployment when it starts (``registration.activate_deployment``), so ``last_active_at`` is
+deployment when it starts (``store.activate_deployment``), so ``last_active_at`` is
 the last *activation*, not a heartbeat; the clusters' own heartbeats (``t_cluster``) say
 who serves a deployment now.
 """
@@ -16,11 +16,10 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from deployments import catalog
-from deployments.models import ComponentMetadata, Deployment, DeploymentComponent
-from executions import display, errors, store
+from executions import catalog, display, errors, store
 from executions.admin import ReadOnlyAdmin
 from executions.admin_filters import capped_count
+from executions.models import ComponentMetadata, Deployment, DeploymentComponent
 
 STATUS_COLOURS = {"active": ("#2e7d32", "#fff"), "enqueued": ("#1565c0", "#fff"), "inactive": ("#9e9e9e", "#fff")}
 

@@ -30,8 +30,8 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from deployments.models import Deployment, DeploymentComponent
 from executions import errors
+from executions.models import Deployment, DeploymentComponent
 from executions.outcome import FAILURE_OUTCOMES, OUTCOMES
 from executions.store.listing import finished_since, outcome_condition
 

@@ -1,7 +1,7 @@
 """The Python client: submit, inspect, wait for and act on executions, in-process.
 
 Needs no worker code: a call is validated against the functions the workers stored with
-their deployment (``deployments.catalog``), so a web process, the CLI or a script that
+their deployment (``executions.catalog``), so a web process, the CLI or a script that
 imports none of the user's modules can submit. Every call goes through the store; every
 action (submit, cancel, pause, resume, retry, stub) is recorded in the audit trail with the
 actor, in the action's own transaction (``store.audited``). The REST API and the CLI are
@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from deployments import catalog
-from executions import conf, errors, store, tracing
+from executions import catalog, conf, errors, store, tracing
 from executions.events import Err, Ok, RetVal, check_storable, retval_to_json
 from executions.ids import ExecutionId, FunctionFqn
 

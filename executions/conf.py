@@ -95,7 +95,7 @@ def q_cluster(workers: int = 2, **overrides) -> dict:
         "recycle": 100_000,
         "guard_cycle": 0.5,
         # A backstop for tasks that set no timeout of their own; executors enforce each
-        # activity's own timeout (workers/runner.py).
+        # activity's own timeout (workers/activity_runner.py).
         "timeout": 3000,
         "retry": 3600,
         "catch_up": False,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from deployments import catalog
-from executions import store
+from executions import catalog, store
 from executions.events import event_to_json, retval_from_json, retval_to_json
 from executions.outcome import outcome_of_retval
 

@@ -80,9 +80,9 @@ def api(operator):
 def _forget_deployments():
     """Processes keep what they learned about deployments (immutable, so never stale in
     production); a test's database is emptied after it, so each test starts without."""
-    from deployments import catalog
-    from workers import submission
+    from executions import catalog
+    from workers import testing
 
     catalog.forget()
-    submission._deployment_for.cache_clear()
+    testing._deployment_for.cache_clear()
     yield

@@ -157,6 +157,6 @@ def deploy_components(modules=("tests.components",)) -> str:
     """Register and activate the deployment of ``modules``, as a worker does at start, so a
     process without the code (the CLI, the API) can submit their functions."""
     from deployments.registration import ensure_code_deployment
-    from workers.registry import load_components
+    from workers.components import load_components
 
     return ensure_code_deployment(load_components(list(modules)), activate=True)

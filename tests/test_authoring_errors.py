@@ -38,7 +38,7 @@ from tests.workers_support import BASE_DIR, current_database_url, started_cluste
 from tests.workers_support import outcomes as wait_for_outcomes
 from workers import activity, workflow
 from workers.registry import RegistrationError, lookup
-from workers.submission import submit
+from workers.testing import submit
 from workers.workflow import WorkflowContext
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -27,7 +27,7 @@ from executions.events import Err, ExecutionFailure, Finished, Ok
 from executions.management.commands import _cli
 from tests import helpers
 from tests.workers_support import BASE_DIR, current_database_url
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -343,7 +343,7 @@ def test_listing_refuses_malformed_cursors_with_a_bounded_message(pending):
 
 
 def test_submission_refuses_unstorable_arguments_and_invalid_ids_before_the_store(pending):
-    """``workers.submission.submit`` (CLI and API) refuses what cannot be stored, iteratively
+    """``workers.testing.submit`` (CLI and API) refuses what cannot be stored, iteratively
     (no RecursionError for deep nesting), and any explicit id that is not a top-level id."""
     deep: list = []
     for _ in range(50_000):

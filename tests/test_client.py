@@ -12,8 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from deployments import catalog
-from executions import client, errors, store
+from executions import catalog, client, errors, store
 from executions.events import ExecutionFailure, Finished, Ok
 from executions.ids import ExecutionId
 from executions.models import AuditEntry

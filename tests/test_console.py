@@ -315,7 +315,7 @@ def test_workflow_page_shows_children_and_time_travels(admin_client, scenario):
 
 @pytestmark_db
 def test_deployment_pages_are_read_only_and_readable(admin_client, scenario):
-    from deployments.models import ComponentMetadata, Deployment
+    from executions.models import ComponentMetadata, Deployment
 
     deployment = Deployment.objects.get(status="active")
     listing = admin_client.get(reverse("admin:obelisk_deployments_deployment_changelist")).content.decode()

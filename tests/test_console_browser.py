@@ -19,7 +19,7 @@ from tests import browser_support as support
 from tests import console_components
 from tests.browser_support import log_in, screenshot
 from tests.workers_support import outcomes, started_clusters
-from workers.submission import submit
+from workers.testing import submit
 
 page = support.page
 

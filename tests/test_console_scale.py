@@ -193,7 +193,7 @@ def _console_urls(ages) -> list[str]:
 def _deployed() -> tuple[str, str]:
     """A deployment of the tests' components and one of its component digests: their pages
     count the executions pinned to them."""
-    from deployments.models import DeploymentComponent
+    from executions.models import DeploymentComponent
 
     deploy_components()
     link = DeploymentComponent.objects.order_by("deployment_id").first()

@@ -27,7 +27,7 @@ from tests import components
 from tests.helpers import create
 from tests.test_dashboard import _failures_then_a_burst, finish
 from tests.workers_support import started_clusters, wait_until
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

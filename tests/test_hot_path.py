@@ -194,13 +194,13 @@ def test_lingering_workers_woken_together_claim_once_and_still_take_what_comes_a
     from django.test.utils import CaptureQueriesContext
 
     from workers import lingering
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
     lingering.prepare_cluster()
     try:
-        first, second = (ActivityExecutor(load_components(), current_deployment_id()) for _ in range(2))
+        first, second = (Executor(load_components(), current_deployment_id()) for _ in range(2))
         one = create(SERVED)
         woken_at = time.monotonic()  # both were told of it
         assert [e.execution_id for e in first._claim_activities(8, woken_at)] == [one]
@@ -333,13 +333,13 @@ def test_a_worker_woken_while_another_finishes_a_short_batch_leaves_the_new_work
     from django.test.utils import CaptureQueriesContext
 
     from workers import lingering
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
     lingering.prepare_cluster()
     try:
-        busy, woken = (ActivityExecutor(load_components(), current_deployment_id()) for _ in range(2))
+        busy, woken = (Executor(load_components(), current_deployment_id()) for _ in range(2))
         one = create(SERVED)
         woken_at = time.monotonic()  # both were told of it; one of them is still busy
         _as_if_another_worker_runs_a_batch_until(time.monotonic() + 30)  # a generous bound
@@ -371,13 +371,13 @@ def test_a_busy_worker_that_does_not_claim_holds_new_work_back_only_until_its_ba
     """D58: the wait for a busy worker is bounded by its batch's expected end; a worker that
     died in its batch, or runs long, strands nothing: the woken worker then claims."""
     from workers import lingering
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
     lingering.prepare_cluster()
     try:
-        woken = ActivityExecutor(load_components(), current_deployment_id())
+        woken = Executor(load_components(), current_deployment_id())
         one = create(SERVED)
         woken_at = time.monotonic()
         _as_if_another_worker_runs_a_batch_until(time.monotonic() + 0.05)  # and never claims
@@ -417,12 +417,12 @@ def test_work_announced_while_a_batch_runs_is_claimed_together_with_what_follows
     one claim also takes what was submitted meanwhile."""
     import os
 
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
     # Batches sized for 10 s of work: after the 0.3 s activity the next claim may take many.
-    executor = ActivityExecutor(load_components(), current_deployment_id(), target_batch_seconds=10)
+    executor = Executor(load_components(), current_deployment_id(), target_batch_seconds=10)
     marker = str(tmp_path / "marker")
     submitted = {}
 
@@ -445,11 +445,11 @@ def test_work_announced_while_a_batch_runs_is_claimed_together_with_what_follows
 def test_a_caller_that_waits_for_each_result_before_the_next_submission_is_not_held_by_the_window():
     """D86: a submission made after the previous result was written is not a stream: the
     worker claims it at once, however long ``CLAIM_COALESCE`` is."""
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
-    executor = ActivityExecutor(load_components(), current_deployment_id())
+    executor = Executor(load_components(), current_deployment_id())
     finished = []
     # The first submission waits for the executor's first claim, which it makes as it
     # starts, before it listens: a commit racing that claim is taken by it, and its
@@ -483,11 +483,11 @@ def test_the_notification_of_work_a_claim_already_took_does_not_read_as_a_stream
     """D86: a claim takes every execution announced before it starts, so it discards
     those announcements. Left in the listener, they read as work that arrived during the
     batch, and the next claim waited for the window with nothing to wait for."""
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
-    executor = ActivityExecutor(load_components(), current_deployment_id())
+    executor = Executor(load_components(), current_deployment_id())
     with override_settings(OBELISK={**settings.OBELISK, "CLAIM_COALESCE": timedelta(seconds=10)}):
         executor.claim_and_run(budget=0.2, linger=0.1)  # it listens from here on
         taken = create(SERVED)
@@ -1134,11 +1134,11 @@ def test_a_workflow_that_comes_due_while_activities_keep_the_worker_busy_starts_
     behind every activity queued after it."""
     from tests import workflows
     from tests.helpers import WORKFLOW
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
-    executor = ActivityExecutor(
+    executor = Executor(
         {**load_components(), workflows.draws.ffqn: workflows.draws}, current_deployment_id(), max_batch=1
     )
     marker = str(tmp_path / "marker")
@@ -1310,16 +1310,16 @@ def test_a_workflows_children_run_on_its_own_worker_without_a_claim_and_its_resu
     workflow's result is the one it computes without the shortcut."""
     from tests import workflows
     from tests.helpers import WORKFLOW
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
     components = {
         **load_components(),
         workflows.sequential_sum.ffqn: workflows.sequential_sum,
         workflows.fn2.ffqn: workflows.fn2,
     }
-    executor = ActivityExecutor(components, current_deployment_id())
+    executor = Executor(components, current_deployment_id())
 
     workflow_id = create(workflows.sequential_sum.ffqn, [5], component=WORKFLOW)
     executor.claim_and_run(budget=30, linger=2)
@@ -1340,9 +1340,9 @@ def test_children_handed_to_an_executor_that_stopped_claiming_are_handed_back_fo
     unlocks them at once (no retry used), so another worker claims them instead of waiting
     for their locks to expire."""
     from tests.helpers import DEPLOYMENT, TERMS, create_workflow, lock
-    from workers.executor import ActivityExecutor
+    from workers.executor import Executor
 
-    executor = ActivityExecutor({}, DEPLOYMENT)
+    executor = Executor({}, DEPLOYMENT)
     executor.terms = {FFQN: TERMS}
     executor.claim_and_run(budget=0.1, linger=0)  # claims, then closes its window
     assert executor.child_claim([FFQN]) is None
@@ -1397,11 +1397,11 @@ def test_only_an_executor_not_running_activities_is_offered_a_workflows_children
     import os
 
     from tests.helpers import create_workflow
-    from workers.executor import ActivityExecutor
-    from workers.registry import load_components
-    from workers.submission import current_deployment_id
+    from workers.components import load_components
+    from workers.executor import Executor
+    from workers.testing import current_deployment_id
 
-    executor = ActivityExecutor(load_components(), current_deployment_id(), max_batch=1)
+    executor = Executor(load_components(), current_deployment_id(), max_batch=1)
     marker = str(tmp_path / "marker")
     slow = create("test:acts/slow.sleep", [0.5, marker])
     offers = {}

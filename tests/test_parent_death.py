@@ -26,7 +26,7 @@ from executions.events import Locked, Ok, TemporarilyFailed, TemporarilyTimedOut
 from executions.models import ExecutionState
 from executions.state_machine import State
 from tests.workers_support import outcomes, started_clusters, wait_until
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

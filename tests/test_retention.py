@@ -40,7 +40,7 @@ from tests.helpers import ACTIVITY, FFQN, T0, WORKFLOW, WORKFLOW_FFQN, history, 
 from tests.test_cli import refused, run
 from tests.workers_support import WorkerCluster, wait_until
 from workers import retention
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

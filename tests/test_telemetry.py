@@ -1,6 +1,6 @@
 """OpenTelemetry: spans per attempt, one trace per workflow tree, metrics (``workers.telemetry``).
 
-Executions run in this process, through the real store, with an ``ActivityExecutor`` as a
+Executions run in this process, through the real store, with an ``Executor`` as a
 worker process runs it (activities in the main thread, workflow runs in pool threads);
 spans and metrics go to the SDK's in-memory exporter and reader.
 """
@@ -22,10 +22,10 @@ from executions import store, tracing
 from executions.ids import ExecutionId
 from tests import components, workflows
 from workers import telemetry
-from workers.executor import ActivityExecutor
-from workers.registry import load_components
-from workers.runner import Watchdog
-from workers.submission import current_deployment_id, submit
+from workers.activity_runner import Watchdog
+from workers.components import load_components
+from workers.executor import Executor
+from workers.testing import current_deployment_id, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SAFETY = 30.0  # seconds: a safety limit, never an assertion about timing
@@ -75,7 +75,7 @@ def executor(monkeypatch):
     (the test database can be dropped at the end)."""
     assert workflows.child_workflow and components.add  # both modules registered
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
-    yield ActivityExecutor(load_components(), current_deployment_id())
+    yield Executor(load_components(), current_deployment_id())
     time.sleep(3 * Watchdog.IDLE_TICK)
 
 
@@ -98,7 +98,7 @@ def create_workflow(spec, *args) -> str:
     return execution_id
 
 
-def run_until_finished(executor: ActivityExecutor, *execution_ids: str) -> None:
+def run_until_finished(executor: Executor, *execution_ids: str) -> None:
     deadline = time.monotonic() + SAFETY
     while not all(store.get_state(e).is_finished for e in execution_ids):
         assert time.monotonic() < deadline, "the executions did not finish"

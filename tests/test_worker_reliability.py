@@ -30,7 +30,7 @@ from executions.events import ExecutionFailure, Ok, TemporarilyTimedOut, Unlocke
 from executions.state_machine import State
 from tests.workers_support import outcomes as wait_for_outcomes
 from tests.workers_support import started_clusters, wait_for_marker, wait_until
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -41,7 +41,7 @@ from tests.workers_support import (
     wait_for_marker,
     wait_until,
 )
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -515,7 +515,7 @@ def test_the_watchdog_outlives_a_failure_to_close_its_idle_connection(monkeypatc
     from django.db import DatabaseError
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from workers.runner import Watchdog
+    from workers.activity_runner import Watchdog
 
     closes = []  # by thread: the process's own watchdog, left by earlier tests, closes too
 

@@ -43,7 +43,7 @@ from executions.events import (
 from executions.models import ExecutionState
 from tests.workers_support import outcomes as wait_for_outcomes
 from tests.workers_support import process_alive, started_clusters, wait_until
-from workers.submission import submit
+from workers.testing import submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

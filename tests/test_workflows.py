@@ -59,7 +59,7 @@ from tests import workflows
 from tests.helpers import DEPLOYMENT
 from workers import registry
 from workers.activity import ActivityError
-from workers.registry import ActivityFunction, ArgumentError, lookup
+from workers.registry import ArgumentError, Function, lookup
 from workers.replay import (
     AllProcessed,
     EventHistory,
@@ -94,11 +94,11 @@ SAFETY = 30.0  # seconds: a safety limit on waiting, never an assertion about ti
 # ---------------------------------------------------------------------------------------------
 
 
-def terms(spec: ActivityFunction) -> store.LockTerms:
+def terms(spec: Function) -> store.LockTerms:
     return store.LockTerms(spec.component_id, spec.retry_config, spec.lock_duration)
 
 
-def create_root(spec: ActivityFunction, *args: Any) -> str:
+def create_root(spec: Function, *args: Any) -> str:
     execution_id = str(ExecutionId.generate())
     store.create(
         store.CreateRequest(
@@ -112,7 +112,7 @@ def create_root(spec: ActivityFunction, *args: Any) -> str:
     return execution_id
 
 
-def lock_when_due(execution_id: str, spec: ActivityFunction) -> store.LockedExecution:
+def lock_when_due(execution_id: str, spec: Function) -> store.LockedExecution:
     """Lock the execution as an executor would: once it is pending and due (an Await run
     leaves it pending at its lock's expiry: the run stays warm)."""
     deadline = time.monotonic() + SAFETY
@@ -175,8 +175,8 @@ def finish_child(child_id: str, retval) -> None:
     store.append(child_id, None, Finished(retval=retval), fence=locked.fence)
 
 
-def run_activity(spec: ActivityFunction, locked: store.LockedExecution):
-    """The outcome of one attempt, as ``workers.runner.run_activity`` reports it."""
+def run_activity(spec: Function, locked: store.LockedExecution):
+    """The outcome of one attempt, as ``workers.activity_runner.run_activity`` reports it."""
     try:
         value = spec.fn(*spec.decode_arguments(locked.params))
         return Finished(retval=Ok(spec.encode_result(value)))
@@ -233,7 +233,7 @@ class World:
                 locked = lock_when_due(row.execution_id, spec)
             except errors.IllegalState:  # cancelled meanwhile: the next step finishes it
                 continue
-            if spec.component_type == "workflow":
+            if spec.kind == "workflow":
                 thread = threading.Thread(target=run_workflow, args=(locked, spec, DEPLOYMENT), daemon=True)
                 self.threads.append(thread)
                 thread.start()
@@ -279,7 +279,7 @@ class World:
 
 
 def run_root(
-    execution_id: str, spec: ActivityFunction, world: World | None = None, *, blocking: str | None = None
+    execution_id: str, spec: Function, world: World | None = None, *, blocking: str | None = None
 ) -> store.LockedExecution:
     """One run of the root workflow: lock it, then ``run_workflow`` in a thread (as the
     workflow pool does) while ``world`` serves its children (None: nobody answers during the
@@ -297,7 +297,7 @@ def run_root(
     return locked
 
 
-def complete(execution_id: str, spec: ActivityFunction, world: World, *, blocking: str | None = None) -> int:
+def complete(execution_id: str, spec: Function, world: World, *, blocking: str | None = None) -> int:
     """Run the root until it is finished, the world answering between (and during) runs.
     Returns the number of runs."""
     for runs in range(1, 40):
@@ -1276,7 +1276,7 @@ def test_the_workflow_pool_runs_every_run_it_is_given_while_idle_threads_come_an
 COUNTED = replace(workflows.counted_calls, blocking="interrupt")
 
 
-def _claim(spec: ActivityFunction, known: dict[str, int] | None = None) -> store.LockedExecution:
+def _claim(spec: Function, known: dict[str, int] | None = None) -> store.LockedExecution:
     """The next due execution of ``spec``, claimed as an executor claims (``known``: what
     its pool's parked runs hold)."""
     deadline = time.monotonic() + SAFETY
@@ -1330,9 +1330,9 @@ def _runs_to_its_end(pool: WorkflowPool, claimed: store.LockedExecution, value: 
 def _through_an_executor(calls: int) -> str:
     """A ``COUNTED`` workflow of ``calls`` direct calls, run to its end by an executor's
     claim loop (its children, its runs), as a worker process runs it."""
-    from workers.executor import ActivityExecutor
+    from workers.executor import Executor
 
-    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    executor = Executor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
     execution_id = create_root(COUNTED, calls)
     deadline = time.monotonic() + SAFETY
     while not store.get_state(execution_id).is_finished:
@@ -1396,9 +1396,9 @@ def test_a_lock_a_group_commit_took_for_a_parked_run_that_cannot_take_it_goes_ba
     if it fits too). Nobody takes the lock the group commit took for it, so the executor
     hands it back (``Unlocked``, with its fence) instead of leaving it to expire; a claim
     then takes the workflow and a new run replays to the result."""
-    from workers.executor import ActivityExecutor
+    from workers.executor import Executor
 
-    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    executor = Executor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
     pool = executor.workflows
     pool.size = 1
     execution_id = create_root(COUNTED, 1)
@@ -1441,10 +1441,10 @@ def test_a_parked_run_goes_on_when_its_group_commit_committed_and_the_rest_of_th
     import importlib
 
     from workers import executor as executor_module
-    from workers.executor import ActivityExecutor
+    from workers.executor import Executor
 
     append = importlib.import_module("executions.store.append")  # the module, not its ``append``
-    executor = ActivityExecutor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
+    executor = Executor({COUNTED.ffqn: COUNTED, FN2: workflows.fn2}, DEPLOYMENT)
     pool = executor.workflows
     execution_id = create_root(COUNTED, 1)
     pool.start(lock_when_due(execution_id, COUNTED), COUNTED, DEPLOYMENT)

@@ -9,7 +9,7 @@
         return f"Hello, {name}! (attempt {current_activity().attempt})"
 
 This module imports no worker runtime and no Django, so application code can import it
-anywhere; the runner (``workers/runner.py``) sets the context while an activity runs.
+anywhere; the runner (``workers/activity_runner.py``) sets the context while an activity runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from workers.registry import (
     DEFAULT_LOCK_DURATION,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
-    ActivityFunction,
+    Function,
     build,
     check_target,
     register,
@@ -95,7 +95,7 @@ def activity(
     ``lock_duration`` is how long a worker holds the execution between lock extensions.
     """
 
-    def decorate(target: Callable) -> ActivityFunction:
+    def decorate(target: Callable) -> Function:
         return register(build(target, name, max_retries, backoff, timeout, lock_duration))
 
     check_target(fn, "@activity")

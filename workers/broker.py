@@ -128,12 +128,12 @@ class ExecutionBroker(ORM):
     def _start(self) -> None:
         if self._listener is not None:
             return
-        from workers.registry import load_components
+        from workers.components import load_components
 
         functions = load_components()
         self._served = frozenset(functions)
         if (cluster := doorbell.of_cluster()) is not None:
-            workflows = frozenset(f for f, spec in functions.items() if spec.component_type == "workflow")
+            workflows = frozenset(f for f, spec in functions.items() if spec.kind == "workflow")
             self._relay = cluster.relay(self._served - workflows, workflows)
         self._listener = notify.Listener([notify.PENDING, notify.TIMER, notify.SCHEDULED])
         logger.info("broker serving %d function(s): %s", len(self._served), ", ".join(sorted(self._served)))

@@ -3,7 +3,7 @@
 One executor lives in each worker process. ``claim_and_run`` is what a django-q2 claim task
 calls: it locks a batch of due executions of the functions it serves (one statement,
 ``SKIP LOCKED`` on PostgreSQL), runs them one after another in this process
-(``workers.runner``), and writes their results in group commits (``store.append_many``).
+(``workers.activity_runner``), and writes their results in group commits (``store.append_many``).
 It keeps claiming while work is due, within a time budget, and lingers briefly for new work
 (``workers.lingering``, ``workers.doorbell``). The batch size adapts to the activities' run
 time. A run that turns out long, or a stop (``workers.shutdown``), hands the rest of the
@@ -27,8 +27,8 @@ from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
 from workers import doorbell, heartbeat, lingering, shutdown, telemetry
-from workers.registry import ActivityFunction
-from workers.runner import Watchdog, renew_before_start, run_activity
+from workers.activity_runner import Watchdog, renew_before_start, run_activity
+from workers.registry import Function
 from workers.workflow_runner import WorkflowPool
 
 logger = logging.getLogger("obelisk.executor")
@@ -57,12 +57,12 @@ class ExecutorStats:
     coalesced: int = 0  # claims held for ``CLAIM_COALESCE`` (D86)
 
 
-class ActivityExecutor:
+class Executor:
     """Claims and runs the activities in ``functions`` for ``deployment_id``."""
 
     def __init__(
         self,
-        functions: dict[str, ActivityFunction],
+        functions: dict[str, Function],
         deployment_id: str,
         *,
         max_batch: int = 128,
@@ -77,8 +77,8 @@ class ActivityExecutor:
             ffqn: store.LockTerms(spec.component_id, spec.retry_config, spec.lock_duration)
             for ffqn, spec in functions.items()
         }
-        self.terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].component_type != "workflow"}
-        self.workflow_terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].component_type == "workflow"}
+        self.terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].kind != "workflow"}
+        self.workflow_terms = {ffqn: t for ffqn, t in terms.items() if functions[ffqn].kind == "workflow"}
         self.workflows = WorkflowPool(children=self)
         self.max_batch = max_batch
         self.batch_size = max(1, min(8, max_batch))

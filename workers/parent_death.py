@@ -17,7 +17,7 @@ process that forked it (main → sentinel → pusher, monitor, workers):
   (``workers.shutdown``), but without the grace period: it claims nothing more, hands
   back what it claimed and interrupts the running activity, which is handed back too
   (``Unlocked``, no retry used); its watchdog ends the process once its claim task and
-  workflow runs are over (``workers.runner``);
+  workflow runs are over (``workers.activity_runner``);
 - ``orphaned()`` compares ``os.getppid()`` with the parent recorded at the fork: the
   portable fallback, asked by the loops that claim (``shutdown.stopping()``), renew (the
   watchdog's tick), dequeue (the pusher) and guard (the sentinel's statistics).
@@ -37,7 +37,7 @@ import sys
 logger = logging.getLogger("obelisk.shutdown")
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-HAND_BACK_SIGNAL = signal.SIGUSR2  # SIGUSR1 interrupts activities (``workers.runner``)
+HAND_BACK_SIGNAL = signal.SIGUSR2  # SIGUSR1 interrupts activities (``workers.activity_runner``)
 _CLUSTER_DEPTH = 2  # main (0) → sentinel (1) → pusher, monitor, workers (2)
 
 _prctl = None  # libc's prctl, looked up before the fork (no dynamic loading in a child)

@@ -13,7 +13,6 @@ of the module's source, so the executions a version of the code created stay pin
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import sys
 from collections.abc import Callable
@@ -66,8 +65,9 @@ class Parameter:
 
 
 @dataclass(eq=False)
-class ActivityFunction:
-    """A registered activity: the callable, its typed signature and how it runs."""
+class Function:
+    """A registered activity or workflow (its ``kind``): the callable, its typed signature
+    and how it runs."""
 
     ffqn: str
     fn: Callable
@@ -79,7 +79,7 @@ class ActivityFunction:
     timeout: timedelta
     lock_duration: timedelta
     module: str
-    component_type: str = "activity"
+    kind: str = "activity"  # "activity" or "workflow"
     blocking: str = "await"  # workflows: how a run waits for a response ("await" or "interrupt")
     _component: ComponentId | None = field(default=None, repr=False)
 
@@ -90,7 +90,7 @@ class ActivityFunction:
     @property
     def component_id(self) -> ComponentId:
         if self._component is None:
-            self._component = component_of_module(self.module, self.component_type)
+            self._component = component_of_module(self.module, self.kind)
         return self._component
 
     def __call__(self, *args, **kwargs):
@@ -182,7 +182,7 @@ def _validate(adapter: TypeAdapter, value: Any, what: str, ffqn: str, strict_jso
 # Registry
 # ---------------------------------------------------------------------------------------
 
-_FUNCTIONS: dict[str, ActivityFunction] = {}
+_FUNCTIONS: dict[str, Function] = {}
 
 
 def default_ffqn(fn: Callable) -> str:
@@ -191,7 +191,7 @@ def default_ffqn(fn: Callable) -> str:
     return f"py:{package}/{interface}.{fn.__name__}"
 
 
-def register(spec: ActivityFunction) -> ActivityFunction:
+def register(spec: Function) -> Function:
     """Add a function to the registry; the same name twice must be the same function."""
     existing = _FUNCTIONS.get(spec.ffqn)
     if existing is not None and existing.fn.__qualname__ != spec.fn.__qualname__:
@@ -203,7 +203,7 @@ def register(spec: ActivityFunction) -> ActivityFunction:
 
 def build(
     fn, name, max_retries, backoff, timeout, lock_duration, *, component_type: str = "activity", blocking="await"
-) -> ActivityFunction:
+) -> Function:
     """A registered function from its signature. A workflow's first parameter is its context
     (``WorkflowContext``), not an argument of the call. Every mistake is a
     ``RegistrationError`` raised here, when the module is imported, not at the first run."""
@@ -214,7 +214,7 @@ def build(
         raise
 
 
-def _build(fn, name, max_retries, backoff, timeout, lock_duration, component_type, blocking) -> ActivityFunction:
+def _build(fn, name, max_retries, backoff, timeout, lock_duration, component_type, blocking) -> Function:
     ffqn = _ffqn(fn, name)
     _check_options(ffqn, max_retries, backoff, timeout, lock_duration)
     if inspect.iscoroutinefunction(fn):
@@ -235,7 +235,7 @@ def _build(fn, name, max_retries, backoff, timeout, lock_duration, component_typ
         annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
         parameters.append(Parameter(p.name, TypeAdapter(annotation), annotation, p.default))
     returns = signature.return_annotation
-    return ActivityFunction(
+    return Function(
         ffqn=ffqn,
         fn=fn,
         parameters=tuple(parameters),
@@ -246,7 +246,7 @@ def _build(fn, name, max_retries, backoff, timeout, lock_duration, component_typ
         timeout=timeout,
         lock_duration=lock_duration,
         module=fn.__module__,
-        component_type=component_type,
+        kind=component_type,
         blocking=blocking,
     )
 
@@ -333,38 +333,14 @@ def _where(fn) -> str | None:
     return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else None
 
 
-def lookup(ffqn: str) -> ActivityFunction | None:
+def lookup(ffqn: str) -> Function | None:
     """The registered function of that name, if this process imported it."""
     return _FUNCTIONS.get(ffqn)
 
 
-def load_components(modules: list[str] | None = None) -> dict[str, ActivityFunction]:
-    """Import the component modules (``OBELISK['COMPONENT_MODULES']``) and return the registry."""
-    if modules is None:
-        from executions import conf
-
-        modules = conf.get("COMPONENT_MODULES")
-    for module in modules:
-        if module and module.strip():
-            _import_component(module.strip())
+def registered() -> dict[str, Function]:
+    """Every function this process has registered so far, by name."""
     return dict(_FUNCTIONS)
-
-
-def _import_component(module: str) -> None:
-    """Import one component module; one that does not exist is a ``RegistrationError`` that
-    names it and the setting (a typo there is the usual cause), not a traceback. An import
-    error *inside* an existing module is the module's own bug: its traceback is kept."""
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as error:
-        missing = error.name or ""
-        if not missing or not (module == missing or module.startswith(missing + ".")):
-            raise
-        raise RegistrationError(
-            f"component module `{module}` does not exist (no module named `{missing}`): fix "
-            "OBELISK_COMPONENT_MODULES (OBELISK['COMPONENT_MODULES']), a comma-separated list of "
-            "modules importable from the project, such as `myapp.activities,myapp.workflows`"
-        ) from None
 
 
 @functools.cache

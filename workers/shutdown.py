@@ -1,6 +1,6 @@
 """Stopping a worker cluster in order (SIGTERM).
 
-A stopping worker (``workers.executor``, ``workers.runner``) claims nothing more, hands
+A stopping worker (``workers.executor``, ``workers.activity_runner``) claims nothing more, hands
 back what it claimed but has not started (``Unlocked``, no retry used), lets a running
 activity finish within ``OBELISK['SHUTDOWN_GRACE']``, then interrupts it and hands it back.
 Who tells it to stop, and where:

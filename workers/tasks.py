@@ -7,25 +7,25 @@ import time
 
 from executions.outage import DATABASE_ERRORS, Outage
 from workers import shutdown
-from workers.executor import ActivityExecutor
+from workers.executor import Executor
 
 logger = logging.getLogger("obelisk.executor")
-_executor: ActivityExecutor | None = None
+_executor: Executor | None = None
 _outage = Outage(logger, "worker start")
 
 
-def executor() -> ActivityExecutor:
+def executor() -> Executor:
     """This process's executor, built on first use (after django-q2 forked the process,
     so every worker process gets its own executor id)."""
     global _executor
     if _executor is None:
         from deployments.registration import ensure_code_deployment
         from workers import telemetry
-        from workers.registry import load_components
+        from workers.components import load_components
 
         telemetry.setup_from_environment()  # after the fork: this process's own exporters
         functions = load_components()
-        _executor = ActivityExecutor(functions, ensure_code_deployment(functions))
+        _executor = Executor(functions, ensure_code_deployment(functions))
     return _executor
 
 

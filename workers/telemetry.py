@@ -236,7 +236,7 @@ def _attributes(locked: store.LockedExecution) -> dict:
 
 
 def run_attempt(run_one, locked: store.LockedExecution):
-    """``ActivityExecutor._run_one`` inside the attempt's span; the outcome is counted once
+    """``Executor._run_one`` inside the attempt's span; the outcome is counted once
     its write succeeded (``results_written``)."""
     attributes = _attributes(locked)
     _instruments.started.add(1, {"obelisk.ffqn": locked.ffqn, "obelisk.component_type": locked.component_type})

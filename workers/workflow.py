@@ -39,7 +39,7 @@ from typing import Any
 
 from executions.events import Err, ExecutionFailure, Ok, RetVal
 from workers import determinism
-from workers.registry import ActivityFunction, ArgumentError, build, check_target, lookup, register
+from workers.registry import ArgumentError, Function, build, check_target, lookup, register
 from workers.replay import (
     AllProcessed,
     ChildFailed,
@@ -74,7 +74,7 @@ DEFAULT_WORKFLOW_LOCK = timedelta(seconds=30)
 NO_TIMEOUT = timedelta(days=365)  # a workflow run is bounded by its lock, not a timeout
 logger = logging.getLogger("obelisk.workflow")
 
-Function = ActivityFunction | str
+FunctionRef = Function | str
 
 
 def workflow(
@@ -93,7 +93,7 @@ def workflow(
     Workflows are retried without limit after a lost worker, never after their own failure.
     """
 
-    def decorate(target: Callable) -> ActivityFunction:
+    def decorate(target: Callable) -> Function:
         spec = build(
             target, name, None, timedelta(0), NO_TIMEOUT, lock_duration, component_type="workflow", blocking=blocking
         )
@@ -128,14 +128,14 @@ class WorkflowContext:
         activities and delays are cancelled, child workflows are awaited."""
         return JoinSet(self, str(self._history.create_join_set(name)))
 
-    def get(self, fn: Function, child_id: str) -> RetVal:
+    def get(self, fn: FunctionRef, child_id: str) -> RetVal:
         """The result of a child whose response was already consumed (``-get``, §2.7)."""
         spec, ffqn = _resolve(self._history, fn)
         return _typed(spec, self._history.get(ffqn, child_id))
 
     # -- one-off calls -----------------------------------------------------------------------
 
-    def call(self, fn: Function, *args: Any) -> Any:
+    def call(self, fn: FunctionRef, *args: Any) -> Any:
         """Run ``fn`` as a child and wait for it; returns its value. An error value or a
         failure of the child (timed out, cancelled, nondeterminism, …) raises
         ``ChildFailed`` with ``retval`` (``Err`` or ``ExecutionFailure``): a typed outcome the
@@ -147,7 +147,7 @@ class WorkflowContext:
             raise ChildFailed(failure.child_id, _typed(spec, failure.retval)) from None
         return _decode(spec, value)
 
-    def invoke(self, fn: Function, *args: Any, label: str) -> tuple[str, RetVal]:
+    def invoke(self, fn: FunctionRef, *args: Any, label: str) -> tuple[str, RetVal]:
         """Like ``call`` in a one-off join set named after ``label``; returns
         ``(child id, Ok | Err | ExecutionFailure)`` instead of raising."""
         spec, ffqn = _resolve(self._history, fn)
@@ -160,12 +160,12 @@ class WorkflowContext:
         ``DelayCancelled`` if the delay was cancelled."""
         return self._history.sleep(duration_or_until)
 
-    def schedule(self, fn: Function, *args: Any, at: timedelta | datetime | None = None) -> str:
+    def schedule(self, fn: FunctionRef, *args: Any, at: timedelta | datetime | None = None) -> str:
         """Start ``fn`` as a new top-level execution now or ``at`` a time; fire and forget."""
         spec, ffqn = _resolve(self._history, fn)
         return str(self._history.schedule(ffqn, _params(self._history, spec, args), at))
 
-    def stub(self, fn: Function, child_id: str, value: Any = None, *, error: bool = False) -> None:
+    def stub(self, fn: FunctionRef, child_id: str, value: Any = None, *, error: bool = False) -> None:
         """Supply the result of a child (normally an activity stub); ``StubConflict`` if it
         already finished with another value."""
         _, ffqn = _resolve(self._history, fn)
@@ -208,7 +208,7 @@ class JoinSet:
         if self.id in self._ctx._history.open_join_sets():
             self.close()
 
-    def submit(self, fn: Function, *args: Any) -> str:
+    def submit(self, fn: FunctionRef, *args: Any) -> str:
         """Start ``fn`` (an activity or a child workflow) in this join set; its child id."""
         history = self._ctx._history
         spec, ffqn = _resolve(history, fn)
@@ -224,7 +224,7 @@ class JoinSet:
         response_id, ok = self._ctx._history.join_next(self.id)
         return str(response_id), ok
 
-    def await_next(self, fn: Function) -> tuple[str, RetVal]:
+    def await_next(self, fn: FunctionRef) -> tuple[str, RetVal]:
         """Wait for the next response, a child of ``fn``: ``(child id, Ok | Err |
         ExecutionFailure)``; ``FunctionMismatch`` if it was another's (it is consumed)."""
         spec, ffqn = _resolve(self._ctx._history, fn)
@@ -263,10 +263,10 @@ class RefusedCall(ImportedFunctionCallError):
         return ExecutionFailure(self.kind, self.reason(), self.detail)
 
 
-def _resolve(history: EventHistory, fn: Function) -> tuple[ActivityFunction | None, str]:
+def _resolve(history: EventHistory, fn: FunctionRef) -> tuple[Function | None, str]:
     """The registered function ``fn`` is (or names). A name is resolved by the writer, which
     refuses one nobody registered; anything else must be a decorated function."""
-    if isinstance(fn, ActivityFunction):
+    if isinstance(fn, Function):
         return fn, fn.ffqn
     if isinstance(fn, str):
         return lookup(fn), fn
@@ -275,11 +275,11 @@ def _resolve(history: EventHistory, fn: Function) -> tuple[ActivityFunction | No
     raise history.refused(RefusedCall(name, message + " from a workflow"))
 
 
-def _component_type(spec: ActivityFunction | None) -> str:
-    return spec.component_type if spec is not None else "activity"
+def _component_type(spec: Function | None) -> str:
+    return spec.kind if spec is not None else "activity"
 
 
-def _params(history: EventHistory, spec: ActivityFunction | None, args: tuple) -> list:
+def _params(history: EventHistory, spec: Function | None, args: tuple) -> list:
     if spec is None:
         return list(args)
     try:
@@ -302,12 +302,12 @@ def _call_site() -> str:
     return "".join(traceback.format_list(traceback.StackSummary.extract(reversed(own))))
 
 
-def _decode(spec: ActivityFunction | None, value: Any) -> Any:
+def _decode(spec: Function | None, value: Any) -> Any:
     if spec is None:
         return value
     return spec.decode_result(value)
 
 
-def _typed(spec: ActivityFunction | None, retval: RetVal) -> RetVal:
+def _typed(spec: Function | None, retval: RetVal) -> RetVal:
     """An ``Ok`` value decoded with the function's return type; errors as they are."""
     return Ok(_decode(spec, retval.value)) if isinstance(retval, Ok) else retval

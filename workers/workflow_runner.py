@@ -48,7 +48,7 @@ from executions.outage import DATABASE_ERRORS, close_if_unusable_or_obsolete
 from workers import determinism, heartbeat, shutdown, telemetry
 from workers.activity import ActivityError
 from workers.capture import RunLog, capturing
-from workers.registry import ActivityFunction, ArgumentError, lookup
+from workers.registry import ArgumentError, Function, lookup
 from workers.replay import (
     EventHistory,
     FatalWorkflowError,
@@ -274,7 +274,7 @@ class StoreCanceller:
 class StoreLease:
     """``Lease``: the run's lock, renewed at host calls that find it close to expiry."""
 
-    def __init__(self, locked: store.LockedExecution, spec: ActivityFunction):
+    def __init__(self, locked: store.LockedExecution, spec: Function):
         self.locked = locked
         self.spec = spec
         self.lock_expires_at: datetime = locked.locked.lock_expires_at
@@ -390,7 +390,7 @@ class ParkedWait:
 
 def run_workflow(
     locked: store.LockedExecution,
-    spec: ActivityFunction,
+    spec: Function,
     deployment_id: str,
     children: ChildRunner | None = None,
     *,
@@ -415,7 +415,7 @@ def run_workflow(
 
 def _run(
     locked: store.LockedExecution,
-    spec: ActivityFunction,
+    spec: Function,
     deployment_id: str,
     children: ChildRunner | None,
     pool: WorkflowPool | None,
@@ -494,7 +494,7 @@ def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *
         telemetry.workflow_finished(locked, outcome)
 
 
-def _call(spec: ActivityFunction, ctx: WorkflowContext, locked: store.LockedExecution) -> Event | None:
+def _call(spec: Function, ctx: WorkflowContext, locked: store.LockedExecution) -> Event | None:
     """The function's own outcome; None when a workflow signal ended it (``finalize`` then
     re-raises that signal)."""
     try:
@@ -703,7 +703,7 @@ class WorkflowPool:
         place.wake.notify()
         return place.resumed is locked
 
-    def start(self, locked: store.LockedExecution, spec: ActivityFunction, deployment_id: str) -> None:
+    def start(self, locked: store.LockedExecution, spec: Function, deployment_id: str) -> None:
         with self._state:
             if self._resume(locked):
                 return

@@ -9,7 +9,8 @@
 - the writes: ``create``, ``append``, ``responses`` (response delivery), ``claim`` (the
   terms and statements of a new lock), ``locking``, ``timers``, ``lifecycle``, ``audit``,
   ``clusters`` (heartbeats), ``retention`` (deleting old finished executions, whole trees,
-  in batches: one transaction each, the one public function that is several);
+  in batches: one transaction each, the one public function that is several),
+  ``deployments`` (registering and activating deployments);
 - the reads: ``reads``, ``listing``, ``search`` (by result text), ``dashboard``.
 
 The models are read-only outside the store: ``Model.objects`` refuses writes, and the store
@@ -64,6 +65,7 @@ from executions.store.datatypes import (
     ParkedRuns,
     Response,
 )
+from executions.store.deployments import activate_deployment, register_deployment
 from executions.store.lifecycle import (
     cancel,
     cancel_children,
@@ -101,6 +103,8 @@ from executions.store.search import find_by_result_text
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
 
 __all__ = [
+    "activate_deployment",
+    "register_deployment",
     "AppendItem",
     "AttemptFailed",
     "AuditRecord",

@@ -1,11 +1,11 @@
 """What can be called: the functions of a deployment, with their schemas, and the
-deployments themselves (``deployments.catalog``)."""
+deployments themselves (``executions.catalog``)."""
 
 from __future__ import annotations
 
 from ninja import Query, Router
 
-from deployments import catalog
+from executions import catalog
 from obelisk_api import rendering
 from obelisk_api.schemas import (
     DEPLOYMENTS_ERRORS,

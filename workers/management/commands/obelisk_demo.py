@@ -20,7 +20,7 @@ from executions.management.commands._cli import (
     tree_lines,
     wait_with_progress,
 )
-from workers.submission import submit
+from workers.testing import submit
 
 SAMPLES = [
     ("py:demo/activities.greet", ["world"], "succeeds at once"),

@@ -23,7 +23,7 @@ class Command(BaseCommand):
 
         from deployments.registration import ensure_code_deployment
         from workers import doorbell, heartbeat, lingering, shutdown, telemetry
-        from workers.registry import load_components
+        from workers.components import load_components
         from workers.sweeper import SweeperThread
 
         if workers:

@@ -16,10 +16,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
-from deployments.models import Deployment, DeploymentComponent
 from executions import errors
 from executions.events import ComponentId
 from executions.ids import parse_deployment_id
+from executions.models import Deployment, DeploymentComponent
 
 _NO_DEFAULT = inspect.Parameter.empty
 

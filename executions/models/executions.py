@@ -1,85 +1,16 @@
-"""Tables of the execution store, mirroring Obelisk's (spec 000 §2).
-
-Only ``executions.store`` writes these tables. Differences from the seed, all deliberate
-(``docs/decisions.md``): surrogate ``id`` keys where the seed has composite keys (the admin
-and foreign keys need a single column), foreign keys from every per-execution table to
-``t_state`` (checked by the database except on the two hot append-only tables, D75), check
-constraints for the state/lifecycle combinations of spec 000 §4, component digests stored as
-``sha256:<hex>`` text, ``lock_generation`` for fencing (spec 004 §5.1) and
-``consumes_response`` for join-next counting (decision 9).
-"""
-
-import json
+"""The execution tables: ``t_state``, the append-only ``t_execution_log``, join-set
+responses, delays, logs, backtraces, the audit log and cluster heartbeats (spec 000 §2).
+The differences from the seed are listed in ``executions/models/__init__.py``."""
 
 from django.db import models
 from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
 
-from executions.events import VARIANTS, compact_json
+from executions.events import VARIANTS
+from executions.models.base import COMPONENT_TYPES, ExactJSONField, StoreTable, choices
 from executions.state_machine import Lifecycle, State, StateWords
 
-COMPONENT_TYPES = ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"]
 
-
-class ExactJSONField(models.TextField):
-    """JSON kept as the exact text it was written as (decision 15; decisions.md D25).
-
-    PostgreSQL's ``jsonb`` rewrites numbers (``1e16`` reads back as an integer, ``-0.0`` as
-    ``0.0``), so an identical resubmission would conflict and code would receive other
-    values than were sent. Upstream's PostgreSQL store uses ``json``, which keeps the text;
-    so does this field (``text`` on SQLite). Values are checked by the store before they
-    get here (``events.check_storable``).
-    """
-
-    description = "JSON stored as its exact text"
-
-    def db_type(self, connection):
-        return "json" if connection.vendor == "postgresql" else "text"
-
-    def from_db_value(self, value, expression, connection):
-        return None if value is None else json.loads(value)
-
-    def get_prep_value(self, value):
-        if value is None:
-            return None
-        return compact_json(value)
-
-
-class ReadOnly(Exception):
-    """A write to an execution table outside ``executions.store``."""
-
-
-class ReadOnlyQuerySet(models.QuerySet):
-    """A queryset that reads only: the store is the only writer of these tables, so a
-    write through ``Model.objects`` (``update``, ``delete``, ``create``…) raises ``ReadOnly``
-    (as procrastinate's Django models do). The store writes through ``store_objects``."""
-
-    def _refuse(self, *args, **kwargs):
-        raise ReadOnly(f"{self.model.__name__} is read-only outside executions.store; write through the store")
-
-    update = delete = create = bulk_create = bulk_update = _refuse
-    get_or_create = update_or_create = _refuse
-
-
-class ReadOnlyManager(models.Manager.from_queryset(ReadOnlyQuerySet)):
-    """The default manager of the store's models: reads only (``ReadOnlyQuerySet``)."""
-
-
-class _StoreTable(models.Model):
-    """A table of the store: ``objects`` reads (the default manager, also the admin's);
-    ``store_objects`` writes, and only ``executions.store`` uses it."""
-
-    objects = ReadOnlyManager()
-    store_objects = models.Manager()
-
-    class Meta:
-        abstract = True
-
-
-def _choices(values):
-    return [(value, value) for value in values]
-
-
-class ExecutionState(StateWords, _StoreTable):
+class ExecutionState(StateWords, StoreTable):
     """``t_state``: one row per execution, the projection of its event log."""
 
     execution_id = models.CharField(primary_key=True, max_length=1024)
@@ -88,13 +19,13 @@ class ExecutionState(StateWords, _StoreTable):
     ffqn = models.CharField("function", max_length=512)
     created_at = models.DateTimeField()
     component_id_input_digest = models.CharField("component digest", max_length=71)
-    component_type = models.CharField(max_length=16, choices=_choices(COMPONENT_TYPES))
+    component_type = models.CharField(max_length=16, choices=choices(COMPONENT_TYPES))
     first_scheduled_at = models.DateTimeField()
     deployment_id = models.CharField(max_length=30)
     pending_expires_finished = models.DateTimeField(
         help_text="pending: scheduled at; locked: lock expiry; blocked: run expiry; finished: finished at."
     )
-    state = models.CharField(max_length=20, choices=_choices(State))
+    state = models.CharField(max_length=20, choices=choices(State))
     updated_at = models.DateTimeField()
     intermittent_event_count = models.IntegerField(default=0)
     max_retries = models.BigIntegerField(null=True, blank=True)
@@ -109,7 +40,7 @@ class ExecutionState(StateWords, _StoreTable):
     join_set_closing = models.BooleanField(null=True, blank=True)
     result_kind = models.CharField(max_length=128, null=True, blank=True)
     incompatible_digest = models.CharField(max_length=71, null=True, blank=True)
-    lifecycle = models.CharField(max_length=10, choices=_choices(Lifecycle), default=Lifecycle.ACTIVE)
+    lifecycle = models.CharField(max_length=10, choices=choices(Lifecycle), default=Lifecycle.ACTIVE)
 
     class Meta:
         db_table = "t_state"
@@ -201,7 +132,7 @@ class ExecutionState(StateWords, _StoreTable):
         return self.execution_id
 
 
-class ExecutionEvent(_StoreTable):
+class ExecutionEvent(StoreTable):
     """``t_execution_log``: the append-only event log, versions contiguous from 0 (``Created``)."""
 
     # No constraint in the database (D75): only the store writes here, under the row's lock.
@@ -216,7 +147,7 @@ class ExecutionEvent(_StoreTable):
     version = models.BigIntegerField()
     created_at = models.DateTimeField()
     json_value = ExactJSONField()
-    variant = models.CharField(max_length=32, choices=_choices(VARIANTS))
+    variant = models.CharField(max_length=32, choices=choices(VARIANTS))
     join_set_id = models.CharField(max_length=512, null=True, blank=True)
     history_event_type = models.CharField(max_length=20, null=True, blank=True)
     consumes_response = models.BooleanField(
@@ -261,7 +192,7 @@ class ExecutionEvent(_StoreTable):
         return f"{self.execution_id}@{self.version} {self.variant}"
 
 
-class JoinSetResponse(_StoreTable):
+class JoinSetResponse(StoreTable):
     """``t_join_set_response``: child results and fired/cancelled delays delivered to a parent."""
 
     created_at = models.DateTimeField()
@@ -321,7 +252,7 @@ class JoinSetResponse(_StoreTable):
         return f"{self.execution_id} #{self.seq} {self.child_execution_id or self.delay_id}"
 
 
-class Delay(_StoreTable):
+class Delay(StoreTable):
     """``t_delay``: a pending durable timer; deleted when its response is written."""
 
     delay_id = models.CharField(primary_key=True, max_length=1024)
@@ -340,7 +271,7 @@ class Delay(_StoreTable):
         return self.delay_id
 
 
-class LogEntry(_StoreTable):
+class LogEntry(StoreTable):
     """``t_log``: a log record or a chunk of a std stream, written by a run."""
 
     LEVELS = [(1, "trace"), (2, "debug"), (3, "info"), (4, "warn"), (5, "error")]
@@ -375,7 +306,7 @@ class LogEntry(_StoreTable):
         ]
 
 
-class Backtrace(_StoreTable):
+class Backtrace(StoreTable):
     """``t_wasm_backtrace`` for Python: a deduplicated stack, keyed by ``01`` + SHA-256 of its frames."""
 
     backtrace_hash = models.CharField(primary_key=True, max_length=66)
@@ -385,7 +316,7 @@ class Backtrace(_StoreTable):
         db_table = "t_backtrace"
 
 
-class ExecutionBacktrace(_StoreTable):
+class ExecutionBacktrace(StoreTable):
     """``t_execution_backtrace``: the stack that wrote events ``[version_min_including, version_max_excluding)``."""
 
     execution = models.ForeignKey(
@@ -410,7 +341,7 @@ class ExecutionBacktrace(_StoreTable):
         ]
 
 
-class AuditEntry(_StoreTable):
+class AuditEntry(StoreTable):
     """``t_audit``: who did what to an execution, from the console, the API or the CLI.
 
     Written by ``store.audited`` in the same transaction as the action's own events, so an
@@ -435,7 +366,7 @@ class AuditEntry(_StoreTable):
         return f"{self.actor} {self.action} {self.execution_id}"
 
 
-class ClusterHeartbeat(_StoreTable):
+class ClusterHeartbeat(StoreTable):
     """``t_cluster``: each worker cluster's last report, for the dashboard and ``/health``.
 
     A cluster upserts its row every few seconds while it runs and sets ``stopped_at`` when it

@@ -38,7 +38,7 @@ from executions.state_machine import Lifecycle
 from workers import parent_death, shutdown
 from workers.activity import ActivityContext, ActivityError, running
 from workers.capture import capturing
-from workers.registry import ActivityFunction, ArgumentError
+from workers.registry import ArgumentError, Function
 
 logger = logging.getLogger("obelisk.runner")
 
@@ -69,7 +69,7 @@ class ActivityShutdown(ActivityInterrupt):
 class WatchedRun:
     """The watchdog's view of the run in progress; fields change under ``Watchdog.lock``."""
 
-    def __init__(self, locked: store.LockedExecution, spec: ActivityFunction):
+    def __init__(self, locked: store.LockedExecution, spec: Function):
         now = time.monotonic()
         self.execution_id = locked.execution_id
         self.fence = locked.fence
@@ -331,7 +331,7 @@ def interrupt_outcome(run: WatchedRun, interrupt: type[ActivityInterrupt]) -> Ev
 
 def run_activity(
     locked: store.LockedExecution,
-    spec: ActivityFunction,
+    spec: Function,
     watchdog: Watchdog,
     *,
     flush_if_slow: bool = False,
@@ -402,7 +402,7 @@ def _failure_outcome(error: Exception) -> store.AttemptFailed:
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("uncategorized", reason, detail)), detail)
 
 
-def renew_before_start(locked: store.LockedExecution, spec: ActivityFunction) -> str | None:
+def renew_before_start(locked: store.LockedExecution, spec: Function) -> str | None:
     """A claimed execution that waited in its batch: renew its lock before running it if
     less than half is left. Returns its lifecycle (``"cancelling"``: do not start it), or
     None if the lock is already gone."""

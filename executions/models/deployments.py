@@ -1,18 +1,22 @@
 """Deployments: immutable, content-addressed roll-outs of components (spec 000 §2.7–§2.12).
 
-These tables are data that workers read: an execution records the component digest and
-deployment that created it (``t_state.component_id_input_digest`` / ``deployment_id``).
+These tables are the store's, as every table is: ``executions.store`` writes them, and an
+execution records the component digest and deployment that created it
+(``t_state.component_id_input_digest`` / ``deployment_id``). They belong to the
+``deployments`` app (``app_label`` ``obelisk_deployments``) for the admin, the permissions and the migrations, so
+the package ``deployments`` sits above the store and imports it, never the other way.
+why: D109.
 """
 
 from django.db import models
 from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
 
-from executions.models import COMPONENT_TYPES
+from executions.models.base import COMPONENT_TYPES, StoreTable
 
 DEPLOYMENT_STATUSES = ["inactive", "enqueued", "active"]
 
 
-class File(models.Model):
+class File(StoreTable):
     """``t_file``: the content-addressed blob store; the key is ``sha256:<hex>`` of the content."""
 
     digest = models.CharField(primary_key=True, max_length=71)
@@ -20,6 +24,7 @@ class File(models.Model):
     size = models.BigIntegerField()
 
     class Meta:
+        app_label = "obelisk_deployments"
         db_table = "t_file"
         constraints = [CheckConstraint(condition=Q(size__gte=0), name="t_file_size_gte_0")]
 
@@ -27,7 +32,7 @@ class File(models.Model):
         return self.digest
 
 
-class ComponentMetadata(models.Model):
+class ComponentMetadata(StoreTable):
     """``t_component_metadata``: what a component exports and imports, keyed by its digest."""
 
     component_digest = models.CharField(primary_key=True, max_length=71)
@@ -37,6 +42,7 @@ class ComponentMetadata(models.Model):
     wit_origin = models.CharField(max_length=32)
 
     class Meta:
+        app_label = "obelisk_deployments"
         db_table = "t_component_metadata"
         verbose_name_plural = "component metadata"
 
@@ -44,7 +50,7 @@ class ComponentMetadata(models.Model):
         return self.component_digest
 
 
-class ComponentSource(models.Model):
+class ComponentSource(StoreTable):
     """``t_component_source``: maps a backtrace frame's file to the stored source blob."""
 
     component_digest = models.CharField(max_length=71)
@@ -53,6 +59,7 @@ class ComponentSource(models.Model):
     file = models.ForeignKey(File, on_delete=models.PROTECT, db_column="digest")
 
     class Meta:
+        app_label = "obelisk_deployments"
         db_table = "t_component_source"
         constraints = [
             UniqueConstraint(fields=["component_digest", "frame_key", "is_suffix"], name="t_component_source_pk"),
@@ -62,7 +69,7 @@ class ComponentSource(models.Model):
         ]
 
 
-class Deployment(models.Model):
+class Deployment(StoreTable):
     """``t_deployment``: at most one ``active`` and at most one ``enqueued`` at a time."""
 
     deployment_id = models.CharField(primary_key=True, max_length=30)
@@ -76,6 +83,7 @@ class Deployment(models.Model):
     digest = models.CharField(max_length=71, help_text="sha256 of the manifest.")
 
     class Meta:
+        app_label = "obelisk_deployments"
         db_table = "t_deployment"
         constraints = [
             CheckConstraint(condition=Q(status__in=DEPLOYMENT_STATUSES), name="t_deployment_status_valid"),
@@ -90,7 +98,7 @@ class Deployment(models.Model):
         return self.deployment_id
 
 
-class DeploymentFile(models.Model):
+class DeploymentFile(StoreTable):
     """``t_deployment_file``: a file of a deployment; the blob may still be missing from ``t_file``."""
 
     deployment = models.ForeignKey(
@@ -100,12 +108,13 @@ class DeploymentFile(models.Model):
     path = models.TextField()
 
     class Meta:
+        app_label = "obelisk_deployments"
         db_table = "t_deployment_file"
         constraints = [UniqueConstraint(fields=["deployment", "path"], name="t_deployment_file_pk")]
         indexes = [Index(fields=["digest"], name="t_deployment_file_digest")]
 
 
-class DeploymentComponent(models.Model):
+class DeploymentComponent(StoreTable):
     """``t_deployment_component``: which component (by digest) a deployment runs under which name."""
 
     deployment = models.ForeignKey(
@@ -116,6 +125,7 @@ class DeploymentComponent(models.Model):
     component = models.ForeignKey(ComponentMetadata, on_delete=models.PROTECT, db_column="component_digest")
 
     class Meta:
+        app_label = "obelisk_deployments"
         db_table = "t_deployment_component"
         constraints = [
             UniqueConstraint(fields=["deployment", "component_name"], name="t_deployment_component_pk"),

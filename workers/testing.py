@@ -1,4 +1,5 @@
-"""Submitting from a process that has the components imported (tests, benchmarks, the demo).
+"""Testing helpers for users' workflows; today: submitting from a process that has the
+components imported (tests, benchmarks, the demo).
 
 It registers the deployment of the code this process imports (as a worker does at start)
 and submits through ``executions.client``, pinned to that deployment. Processes without the
@@ -10,9 +11,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from deployments import catalog
-from executions import client
-from workers.registry import load_components
+from executions import catalog, client
+from workers.components import load_components
 
 
 @lru_cache(maxsize=8)

@@ -1,0 +1,45 @@
+"""The store's tables, mirroring Obelisk's (spec 000 §2): one module per group.
+
+- ``base``: exact JSON text and the read-only default managers every table shares;
+- ``executions``: state, the append-only log, responses, delays, logs, backtraces, audit,
+  cluster heartbeats;
+- ``deployments``: deployments, components, their metadata and files (``app_label``
+  ``obelisk_deployments``).
+
+Only ``executions.store`` writes them. Differences from the seed, all deliberate
+(``docs/decisions.md``): surrogate ``id`` keys where the seed has composite keys (the admin
+and foreign keys need a single column), foreign keys from every per-execution table to
+``t_state`` (checked by the database except on the two hot append-only tables, D75), check
+constraints for the state/lifecycle combinations of spec 000 §4, component digests stored as
+``sha256:<hex>`` text, ``lock_generation`` for fencing (spec 004 §5.1) and
+``consumes_response`` for join-next counting (decision 9).
+"""
+
+from executions.models.base import (  # noqa: F401
+    COMPONENT_TYPES,
+    ExactJSONField,
+    ReadOnly,
+    ReadOnlyManager,
+    ReadOnlyQuerySet,
+    StoreTable,
+)
+from executions.models.deployments import (  # noqa: F401
+    DEPLOYMENT_STATUSES,
+    ComponentMetadata,
+    ComponentSource,
+    Deployment,
+    DeploymentComponent,
+    DeploymentFile,
+    File,
+)
+from executions.models.executions import (  # noqa: F401
+    AuditEntry,
+    Backtrace,
+    ClusterHeartbeat,
+    Delay,
+    ExecutionBacktrace,
+    ExecutionEvent,
+    ExecutionState,
+    JoinSetResponse,
+    LogEntry,
+)
