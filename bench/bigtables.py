@@ -182,7 +182,12 @@ def claim_plan() -> tuple[float, list[str]]:
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from executions import store
     from executions.store.locking import _due_candidates
+    from workers.components import load_components
+
+    spec = load_components()[FFQN]
+    served = {FFQN: store.LockTerms(spec.component_id, spec.retry_config, spec.lock_duration)}
 
     def explain(execute, sql, params, many, context):
         return execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params, many, context)
@@ -191,7 +196,7 @@ def claim_plan() -> tuple[float, list[str]]:
         create_pending(PENDING_FOR_PLAN)
     for _ in range(2):
         with transaction.atomic(), connection.execute_wrapper(explain):
-            lines = [line for (line,) in _due_candidates([FFQN], timezone.now(), CLAIM_LIMIT)]
+            lines = [line for (line,) in _due_candidates(served, timezone.now(), CLAIM_LIMIT)]
             transaction.set_rollback(True)
     ms = next(float(line.split(":")[1].split()[0]) for line in lines if line.startswith("Execution Time"))
     return ms, lines

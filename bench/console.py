@@ -5,7 +5,7 @@ On a database of its own (``obelisk_console_bench_<checkout>_<pid>``, created, m
 dropped; ``bench.support.own_database``, D106) it:
 
 1. makes real executions through the client and the store, as the console tests do
-   (``tests/browser_support.py``): one of each finished kind (ok, an error value, a failure
+   (``tests/support/browser.py``): one of each finished kind (ok, an error value, a failure
    with a traceback after a failed attempt, a timeout, a workflow with a child), and the
    live ones, left as they are: ``--live`` pending, running, scheduled, paused executions
    and blocked workflows (a tenth of them each);
@@ -53,8 +53,8 @@ def make_templates() -> dict[str, list[str]]:
     """Real executions, through the client and the store: the finished ones to copy (a
     family: the root first, then its descendants) and the live ones."""
     from executions.events import Err, ExecutionFailure, Ok
-    from tests import browser_support as support
-    from tests import helpers
+    from tests.support import browser as support
+    from tests.support import helpers
 
     helpers.deploy_components()
     workflow, child = support.workflow_with_child()
@@ -74,8 +74,8 @@ def make_live(count: int) -> dict[str, str]:
 
     from executions import client, store
     from executions.events import ExecutionFailure, Finished
-    from tests import browser_support as support
-    from tests import helpers
+    from tests.support import browser as support
+    from tests.support import helpers
 
     each = max(1, count // 5)
     sample = {}

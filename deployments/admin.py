@@ -5,7 +5,15 @@ schemas, the worker clusters serving a deployment and links to the executions pi
 ``status`` and ``last_active_at`` are what ``t_deployment`` says: a worker activates its
 deployment when it starts (``store.activate_deployment``), so ``last_active_at`` is
 the last *activation*, not a heartbeat; the clusters' own heartbeats (``t_cluster``) say
-who serves a deployment now.
+who serves a deployment now. The pages are the console's read-only ones
+(``executions.console.readonly``); the execution counts stop at the list's cap.
+
+A deployment's page has an "Upgrade dry run" form: a select of the other deployments that
+share a component with it (the active one chosen), sent with GET to the report page,
+``obelisk_site/upgrade_report.py``, which runs the replay: the console's packages do not
+import the runtime (``workers``), so this page only links to it.
+
+why: D90 (ids as they are in links), D94 (capped counts), D111 (the upgrade)
 """
 
 from __future__ import annotations
@@ -13,14 +21,17 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.urls import reverse
+from django.contrib.admin.utils import unquote
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 
 from executions import catalog, display, errors, store
-from executions.admin import ReadOnlyAdmin
-from executions.admin_filters import capped_count
+from executions.console.limits import capped_count
+from executions.console.readonly import ReadOnlyAdminMixin
 from executions.models import ComponentMetadata, Deployment, DeploymentComponent
 
+UPGRADE_REPORT_URL = "obelisk_upgrade_dry_run"  # obelisk_site/urls.py
+MAX_UPGRADE_TARGETS = 50  # newest first
 STATUS_COLOURS = {"active": ("#2e7d32", "#fff"), "enqueued": ("#1565c0", "#fff"), "inactive": ("#9e9e9e", "#fff")}
 
 
@@ -67,7 +78,7 @@ def functions_table(exports) -> str:
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(ReadOnlyAdmin):
+class DeploymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("deployment_id", "status_badge", "created", "last_activated", "component_list", "executions")
     list_filter = ("status",)
     ordering = ("-created_at",)
@@ -90,6 +101,11 @@ class DeploymentAdmin(ReadOnlyAdmin):
         ("Manifest", {"classes": ("collapse",), "fields": ("deployment_toml",)}),
     )
     readonly_fields = (*_details, "components_table", "functions", "deployment_toml")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), **_upgrade(unquote(object_id))}
+        )
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):
@@ -189,7 +205,7 @@ class DeploymentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ComponentMetadata)
-class ComponentMetadataAdmin(ReadOnlyAdmin):
+class ComponentMetadataAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("component_digest", "names", "wit_origin", "executions")
     search_fields = ("component_digest",)
     fields = ("component_digest", "names", "deployments", "executions", "functions", "wit_origin", "wit_text")
@@ -239,6 +255,36 @@ class ComponentMetadataAdmin(ReadOnlyAdmin):
     @admin.display(description="interface")
     def wit_text(self, obj):
         return format_html('<pre style="white-space:pre-wrap">{}</pre>', obj.wit)
+
+
+def upgrade_targets(deployment_id: str) -> list[dict]:
+    """The other deployments naming a component of ``deployment_id`` (newest first): what its
+    in-flight executions could be upgraded to; the active one is ``selected``, else the newest."""
+    names = DeploymentComponent.objects.filter(deployment_id=deployment_id).values("component_name")
+    rows = (
+        Deployment.objects.filter(components__component_name__in=names)
+        .exclude(pk=deployment_id)
+        .distinct()
+        .order_by("-created_at")
+        .values_list("deployment_id", "status", "created_at", "description")[:MAX_UPGRADE_TARGETS]
+    )
+    targets = [
+        {"id": d, "status": status, "created": display.exact_time(created), "description": description or ""}
+        for d, status, created, description in rows
+    ]
+    chosen = next((t for t in targets if t["status"] == "active"), targets[0] if targets else None)
+    for target in targets:
+        target["selected"] = target is chosen
+    return targets
+
+
+def _upgrade(deployment_id: str) -> dict:
+    """The page's "Upgrade dry run" form: the report's address and the targets to choose from."""
+    try:
+        url = reverse(UPGRADE_REPORT_URL, args=[deployment_id])
+    except NoReverseMatch:  # a project that does not mount obelisk_site's URLs
+        return {}
+    return {"upgrade_url": url, "upgrade_targets": upgrade_targets(deployment_id)}
 
 
 def _executions_link(filters, url):

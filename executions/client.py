@@ -179,6 +179,24 @@ def stub(execution_id: str, value, *, error: bool = False, actor: str = SYSTEM_A
     return wrote
 
 
+def upgrade(
+    execution_id: str,
+    *,
+    old_digest: str,
+    new_digest: str,
+    deployment_id: str,
+    version: int,
+    actor: str = SYSTEM_ACTOR,
+    via: str = "python",
+) -> int:
+    """Move an execution to another component at the version its dry run replayed
+    (``store.upgrade_execution_component``, D111), audited as ``upgrade``."""
+    with store.audited("upgrade", execution_id, actor=actor, via=via):
+        return store.upgrade_execution_component(
+            execution_id, old_digest=old_digest, new_digest=new_digest, deployment_id=deployment_id, version=version
+        )
+
+
 def history(execution_id: str, *, from_version: int = 0, limit: int = 100) -> tuple[list[store.EventRecord], int]:
     """Its events from ``from_version`` on, and the highest version (``store.list_events``)."""
     return store.list_events(execution_id, from_version=from_version, limit=limit)

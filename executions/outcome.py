@@ -85,3 +85,14 @@ def expand_outcomes(names) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown outcome(s) {sorted(map(str, unknown))}; use {', '.join(OUTCOMES + ('failed',))}")
     return tuple(dict.fromkeys(expanded))
+
+
+def waiting_for_code(state, served: frozenset[str] | set[str]) -> str | None:
+    """``waiting for component sha256:… (not served)`` when ``state`` (a ``t_state`` row) is
+    due and no live cluster serves its component digest (``store.served_digests``), else
+    None: it is neither run by other code nor failed, it waits for its own (D111)."""
+    if state.state != State.PENDING_AT or state.lifecycle != Lifecycle.ACTIVE:
+        return None
+    if state.component_id_input_digest in served:
+        return None
+    return f"waiting for component {state.component_id_input_digest} (not served)"

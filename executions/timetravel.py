@@ -7,6 +7,8 @@ cancelling, or how it finished), which children, delays and scheduled executions
 requested by then (its own ``HistoryEvent`` records say so, at their versions) and which
 responses had arrived by then (a response whose ``created_at`` is not later than that
 event's time).
+
+why: D5 (a join-next consumes a response as the store counts it), D91 (a workflow's page)
 """
 
 from __future__ import annotations
@@ -72,78 +74,101 @@ def as_of(events: Sequence, responses: Sequence, version: int) -> AsOf:
         raise ValueError(f"no event at version {version}")
     at = by_version[version].created_at
     shown = [record for record in events if record.version <= version]
-    arrived = sorted((r for r in responses if r.created_at <= at), key=lambda r: r.seq)
-    arrived_by_child = {r.child_execution_id: r for r in arrived if r.child_execution_id}
-    arrived_by_delay = {r.delay_id: r for r in arrived if r.delay_id}
-
-    state, lifecycle = "pending", "active"
-    joins_waited: dict[str, int] = {}
-    requests: list[RequestAsOf] = []
-    scheduled: list[str] = []
+    walk = _Walk(sorted((r for r in responses if r.created_at <= at), key=lambda r: r.seq))
     for record in shown:
-        event = record.event
-        if isinstance(event, Created):
-            state = "scheduled" if event.scheduled_at and event.scheduled_at > record.created_at else "pending"
-        elif isinstance(event, Locked):
-            state = "running"
-        elif isinstance(event, (Unlocked, TemporarilyFailed, TemporarilyTimedOut)):
-            state = "pending"
-        elif isinstance(event, Paused):
-            lifecycle = "paused"
-        elif isinstance(event, Unpaused):
-            lifecycle = "active"
-        elif isinstance(event, CancellationRequested):
-            lifecycle = "cancelling"
-        elif isinstance(event, Finished):
-            state, lifecycle = outcome_of_retval(event.retval), "active"
-        elif isinstance(event, HistoryEventRecord):
-            history = event.event
-            if isinstance(history, JoinSetRequest):
-                request = history.request
-                if isinstance(request, ChildExecutionRequest):
-                    requests.append(
-                        RequestAsOf(
-                            request.child_execution_id,
-                            "child",
-                            history.join_set_id,
-                            record.version,
-                            record.created_at,
-                            ffqn=request.target_ffqn,
-                            response=arrived_by_child.get(request.child_execution_id),
-                        )
-                    )
-                elif isinstance(request, DelayRequest):
-                    requests.append(
-                        RequestAsOf(
-                            request.delay_id,
-                            "delay",
-                            history.join_set_id,
-                            record.version,
-                            record.created_at,
-                            response=arrived_by_delay.get(request.delay_id),
-                        )
-                    )
-            elif isinstance(history, Schedule):
-                scheduled.append(history.execution_id)
-            elif isinstance(history, JoinNext):
-                # Blocked until the join set has one more response than joins consumed.
-                joins_waited[history.join_set_id] = joins_waited.get(history.join_set_id, 0) + 1
-                answered = sum(1 for r in arrived if r.join_set_id == history.join_set_id)
-                # Answered by then: pending (due to run again), as the store decides.
-                state = "pending" if answered >= joins_waited[history.join_set_id] else "blocked"
-            elif isinstance(history, JoinNextTry) and history.outcome == "found":
-                joins_waited[history.join_set_id] = joins_waited.get(history.join_set_id, 0) + 1
-    finished = state not in ("pending", "scheduled", "running", "blocked")
-    if state == "scheduled" and any(isinstance(r.event, Locked) for r in shown):
-        state = "pending"
-    status = state if finished or lifecycle == "active" else lifecycle
+        walk.step(record)
     return AsOf(
         version=version,
         at=at,
-        status=status,
+        status=walk.status(shown),
         events=shown,
-        responses=arrived,
-        requests=requests,
-        scheduled=scheduled,
+        responses=walk.arrived,
+        requests=walk.requests,
+        scheduled=walk.scheduled,
         is_last=version == max(by_version),
     )
+
+
+class _Walk:
+    """Where the execution stood after each event seen so far, and what it had requested."""
+
+    def __init__(self, arrived: list):
+        self.arrived = arrived  # the responses that had arrived by then, by ``seq``
+        self.by_child = {r.child_execution_id: r for r in arrived if r.child_execution_id}
+        self.by_delay = {r.delay_id: r for r in arrived if r.delay_id}
+        self.state, self.lifecycle = "pending", "active"
+        self.joins_waited: dict[str, int] = {}
+        self.requests: list[RequestAsOf] = []
+        self.scheduled: list[str] = []
+
+    def step(self, record) -> None:
+        event = record.event
+        if isinstance(event, Created):
+            self.state = "scheduled" if event.scheduled_at and event.scheduled_at > record.created_at else "pending"
+        elif isinstance(event, Locked):
+            self.state = "running"
+        elif isinstance(event, (Unlocked, TemporarilyFailed, TemporarilyTimedOut)):
+            self.state = "pending"
+        elif isinstance(event, Paused):
+            self.lifecycle = "paused"
+        elif isinstance(event, Unpaused):
+            self.lifecycle = "active"
+        elif isinstance(event, CancellationRequested):
+            self.lifecycle = "cancelling"
+        elif isinstance(event, Finished):
+            self.state, self.lifecycle = outcome_of_retval(event.retval), "active"
+        elif isinstance(event, HistoryEventRecord):
+            self._history(record, event.event)
+
+    def _history(self, record, history) -> None:
+        if isinstance(history, JoinSetRequest):
+            request = self._request(record, history)
+            if request is not None:
+                self.requests.append(request)
+        elif isinstance(history, Schedule):
+            self.scheduled.append(history.execution_id)
+        elif isinstance(history, JoinNext):
+            # Blocked until the join set has one more response than joins consumed.
+            waited = self._consume(history.join_set_id)
+            answered = sum(1 for r in self.arrived if r.join_set_id == history.join_set_id)
+            # Answered by then: pending (due to run again), as the store decides.
+            self.state = "pending" if answered >= waited else "blocked"
+        elif isinstance(history, JoinNextTry) and history.outcome == "found":
+            self._consume(history.join_set_id)
+
+    def _consume(self, join_set_id: str) -> int:
+        """One more join of ``join_set_id`` consumed: how many so far."""
+        self.joins_waited[join_set_id] = self.joins_waited.get(join_set_id, 0) + 1
+        return self.joins_waited[join_set_id]
+
+    def _request(self, record, history: JoinSetRequest) -> RequestAsOf | None:
+        request = history.request
+        if isinstance(request, ChildExecutionRequest):
+            return RequestAsOf(
+                request.child_execution_id,
+                "child",
+                history.join_set_id,
+                record.version,
+                record.created_at,
+                ffqn=request.target_ffqn,
+                response=self.by_child.get(request.child_execution_id),
+            )
+        if isinstance(request, DelayRequest):
+            return RequestAsOf(
+                request.delay_id,
+                "delay",
+                history.join_set_id,
+                record.version,
+                record.created_at,
+                response=self.by_delay.get(request.delay_id),
+            )
+        return None
+
+    def status(self, shown: list) -> str:
+        """An ``executions.outcome`` word: how it finished, else where it was, else its
+        lifecycle when not active."""
+        state = self.state
+        finished = state not in ("pending", "scheduled", "running", "blocked")
+        if state == "scheduled" and any(isinstance(r.event, Locked) for r in shown):
+            state = "pending"
+        return state if finished or self.lifecycle == "active" else self.lifecycle

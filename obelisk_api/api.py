@@ -13,14 +13,15 @@ from django.contrib.auth.views import redirect_to_login
 from ninja import NinjaAPI
 
 from obelisk_api import auth, errors, parsing
-from obelisk_api.routes import actions, catalog, executions, health
+from obelisk_api.routes import actions, catalog, deployments, executions, health
 
 DESCRIPTION = """Submit, inspect, wait for and act on Obelisk executions.
 
 Authenticate with `Authorization: Bearer <token>` (`manage.py obelisk_token create <user>`)
 or a Django session (log in at `/admin/`; unsafe methods need the `X-CSRFToken` header).
 Reading needs `view_executionstate`; submit, cancel, pause, resume, retry and stub need
-`act_on_executions`. Every error is `{"code", "message"}` with a stable `code`."""
+`act_on_executions`; so do creating, activating and upgrading a deployment (an upgrade's
+dry run only reads). Every error is `{"code", "message"}` with a stable `code`."""
 
 
 def docs_access(view):
@@ -56,6 +57,7 @@ api = NinjaAPI(
 )
 errors.install(api)
 assert actions.router is executions.router  # the acting routes live on the executions router
+assert deployments.router is catalog.router  # and deploying on the catalogue's
 api.add_router("v1/", executions.router)
 api.add_router("v1/", catalog.router)
 api.add_router("v1/", health.router)

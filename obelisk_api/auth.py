@@ -26,7 +26,9 @@ VIEW_PERMISSION = "obelisk_executions.view_executionstate"
 ACT_PERMISSION = "obelisk_executions.act_on_executions"
 
 
-def _authorize(user, permission: str):
+def authorize(user, permission: str):
+    """``user`` if it has ``permission``, else 403 ``forbidden`` (for a route that asks for
+    more than its authentication did in some cases)."""
     if not user.has_perm(permission):
         raise ApiError(403, "forbidden", f"user `{user.get_username()}` lacks the permission `{permission}`")
     return user
@@ -41,7 +43,7 @@ class BearerToken(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str):
         user = tokens.user_of(token)
-        return None if user is None else _authorize(user, self.permission)
+        return None if user is None else authorize(user, self.permission)
 
 
 class Session(APIKeyCookie):
@@ -63,7 +65,7 @@ class Session(APIKeyCookie):
             return None
         if not getattr(request, "_ninja_csrf_exempt", False) and check_csrf(request) is not None:
             raise ApiError(403, "csrf_failed", "CSRF check failed: send the X-CSRFToken header with the session")
-        return _authorize(user, self.permission)
+        return authorize(user, self.permission)
 
 
 def requires(permission: str) -> list:

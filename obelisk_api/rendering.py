@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from executions import catalog, store
 from executions.events import event_to_json, retval_from_json, retval_to_json
-from executions.outcome import outcome_of_retval
+from executions.outcome import outcome_of_retval, waiting_for_code
 
 
 def summary(state: store.ExecutionSnapshot, now=None) -> dict:
@@ -42,7 +42,17 @@ def detail(found: store.ExecutionDetail) -> dict:
         "params": found.params,
         "metadata": found.metadata,
         "retry_of": found.metadata.get("retry_of"),
+        "waiting_for": waiting_for(found.state),
     }
+
+
+def waiting_for(state: store.ExecutionSnapshot) -> str | None:
+    """The text "waiting for component sha256:… (not served)" when it is due and no live
+    cluster serves its digest (D111); None while no cluster is alive at all, as on the dashboard."""
+    if state.is_finished:
+        return None
+    served = store.served_digests()
+    return waiting_for_code(state, served) if served else None
 
 
 def page(found: store.Page) -> dict:
@@ -117,4 +127,13 @@ def deployment(info: catalog.DeploymentInfo) -> dict:
         "created_by": info.created_by,
         "manifest": info.manifest,
         "components": [{"name": n, "type": t, "digest": d} for n, t, d in info.components],
+    }
+
+
+def upgrade(moved: list[str], refused: list[tuple[str, str]], report: dict) -> dict:
+    """What an upgrade did: the executions moved, those refused since the dry run, and the report."""
+    return {
+        "moved": moved,
+        "refused": [{"execution_id": execution_id, "reason": reason} for execution_id, reason in refused],
+        "report": report,
     }

@@ -89,6 +89,8 @@ class ExecutionOut(ExecutionSummary):
     params: list[Any]
     metadata: dict[str, str]
     retry_of: ExecutionIdText | None
+    # "waiting for component sha256:… (not served)": due, and no live cluster serves its code (D111)
+    waiting_for: str | None
 
 
 class ExecutionPage(Schema):
@@ -209,6 +211,41 @@ class DeploymentOut(Schema):
     components: list[ComponentOut]
 
 
+class DeploymentIn(Strict):
+    manifest: StrictStr  # the text of an obelisk.toml
+
+
+class VerdictOut(Schema):
+    execution_id: ExecutionIdText
+    ffqn: str
+    component: str
+    from_digest: str
+    to_digest: str
+    version: int  # the version an upgrade writes at
+    clean: bool
+    message: str | None  # what the engine would record (nondeterministic ones)
+    note: str | None
+
+
+class UpgradeReportOut(Schema):
+    from_deployment: DeploymentIdText
+    to_deployment: DeploymentIdText
+    clean: int
+    nondeterministic: int
+    executions: list[VerdictOut]
+
+
+class RefusedOut(Schema):
+    execution_id: ExecutionIdText
+    reason: str
+
+
+class UpgradeOut(Schema):
+    moved: list[ExecutionIdText]
+    refused: list[RefusedOut]  # clean in the dry run, but changed or running since
+    report: UpgradeReportOut
+
+
 class HealthOut(Schema):
     status: str
     database: bool
@@ -234,3 +271,7 @@ ACTION_ERRORS = CANCEL_ERRORS | {409}  # in a state that does not allow it
 STUB_ERRORS = ACTION_ERRORS | VALIDATED
 FUNCTIONS_ERRORS = SIGNED_IN | {400, 404}  # a malformed or unknown deployment id
 DEPLOYMENTS_ERRORS = SIGNED_IN | VALIDATED
+CREATE_DEPLOYMENT_ERRORS = SIGNED_IN | POSTED | VALIDATED  # 400 also `invalid_manifest`
+ACTIVATE_ERRORS = SIGNED_IN | POSTED | BY_ID
+# 400 also `no_shared_component`; 409 `deployment_mismatch`: this server's code is not TO's
+UPGRADE_ERRORS = SIGNED_IN | POSTED | BY_ID | VALIDATED | {409}

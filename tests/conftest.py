@@ -27,7 +27,7 @@ def _close_listen_connection(django_db_setup, django_db_blocker):
     connection, and lives as long as the process): their sessions are ended."""
     yield
     from executions import notify
-    from workers.workflow_runner import retire_idle_threads
+    from workers.workflow_pool import retire_idle_threads
 
     notify.stop_listening()
     retire_idle_threads()
@@ -45,7 +45,7 @@ def browser():
     Playwright cannot start in the same thread, so every browser test shares this one."""
     import os
 
-    from tests.browser_support import CHROMIUM
+    from tests.support.browser import CHROMIUM
 
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
@@ -63,15 +63,15 @@ def browser():
 @pytest.fixture
 def operator():
     """A user who may read and act (the API tests' caller)."""
-    from tests.api_support import ACT, VIEW, make_user
+    from tests.support.api import ACT, VIEW, make_user
 
     return make_user("ada", VIEW, ACT)
 
 
 @pytest.fixture
 def api(operator):
-    """The REST API as ``operator``, by bearer token (``tests.api_support.Api``)."""
-    from tests.api_support import api_for
+    """The REST API as ``operator``, by bearer token (``tests.support.api.Api``)."""
+    from tests.support.api import api_for
 
     return api_for(operator)
 

@@ -21,4 +21,4 @@ DATABASES = {
 # checkouts testing against one server never drop each other's database.
 _CHECKOUT_TAG = hashlib.sha256(str(Path(__file__).resolve().parent.parent).encode()).hexdigest()[:8]
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("OBELISK_TEST_DATABASE_NAME", f"test_obelisk_{_CHECKOUT_TAG}")}
-OBELISK = {"COMPONENT_MODULES": ["tests.components"]}
+OBELISK = {"COMPONENT_MODULES": ["tests.support.components"]}

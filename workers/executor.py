@@ -7,9 +7,10 @@ calls: it locks a batch of due executions of the functions it serves (one statem
 It keeps claiming while work is due, within a time budget, and lingers briefly for new work
 (``workers.lingering``, ``workers.doorbell``). The batch size adapts to the activities' run
 time. A run that turns out long, or a stop (``workers.shutdown``), hands the rest of the
-batch back at once (``Unlocked``, no retry used).
+batch back at once (``Unlocked``, no retry used). The workflows it claims run in its
+``workers.workflow_pool``; a run calls back only through ``replay_adapters.ChildRunner``.
 
-why: D28, D44, D57, D58, D61, D65, D69, D70, D86
+why: D28, D44, D57, D58, D61, D65, D69, D70, D77, D82, D86
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from executions.state_machine import Lifecycle
 from workers import doorbell, heartbeat, lingering, shutdown, telemetry
 from workers.activity_runner import Watchdog, renew_before_start, run_activity
 from workers.registry import Function
-from workers.workflow_runner import WorkflowPool
+from workers.workflow_pool import WorkflowPool
 
 logger = logging.getLogger("obelisk.executor")
 
@@ -208,7 +209,7 @@ class Executor:
 
     def _start_workflows(self) -> tuple[int, int]:
         """Claim due workflows, as many as the pool has room for, and start a run of each
-        in a thread of its own (``workers.workflow_runner``): an awaiting workflow holds a
+        in a thread of its own (``workers.workflow_pool``): an awaiting workflow holds a
         thread, never this process's activities. A workflow whose run is parked in the pool
         goes on in that run (D77). Returns how many were claimed, and how many could have
         been (a claim that took fewer took all that was due)."""
@@ -234,7 +235,8 @@ class Executor:
             return True
         return self._announcements.take()[1]
 
-    # -- Children created locked for this executor (eager dispatch, D65) ------------------
+    # -- Children created locked for this executor (eager dispatch, D65): the two calls of
+    # ``workers.replay_adapters.ChildRunner``, the only ones a workflow run makes back here.
 
     def child_claim(self, ffqns: list[str]) -> store.ChildClaim | None:
         """What a workflow run in this process may lock for this executor among the

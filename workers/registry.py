@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,8 +21,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from deployments.digests import component_digest
 from executions.events import ComponentId, RetryConfig, canonical_json
-from executions.ids import FunctionFqn, content_digest
+from executions.ids import FunctionFqn
 
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_BACKOFF = timedelta(milliseconds=100)
@@ -345,12 +345,12 @@ def registered() -> dict[str, Function]:
 
 @functools.cache
 def component_of_module(module: str, component_type: str = "activity") -> ComponentId:
-    """A module's component of one type: its name and the digest of its type and source.
+    """A module's component of one type: its name and the digest of its type and source
+    files (``deployments.digests``: the module's file, or its whole package).
 
     The type is hashed too: a module that defines activities and workflows has two
     components, and a digest keys its stored metadata (``t_component_metadata``), so the
     two must not share one."""
-    source = inspect.getsource(sys.modules[module]).encode()
     name = module if component_type == "activity" else f"{module}:{component_type}"
-    digest = content_digest(component_type.encode() + b"\n" + source)
+    digest = component_digest(module, component_type)
     return ComponentId(component_type=component_type, name=name, component_digest=digest)

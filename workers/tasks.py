@@ -19,13 +19,12 @@ def executor() -> Executor:
     so every worker process gets its own executor id)."""
     global _executor
     if _executor is None:
-        from deployments.registration import ensure_code_deployment
         from workers import telemetry
-        from workers.components import load_components
+        from workers.components import served_by_this_process
 
         telemetry.setup_from_environment()  # after the fork: this process's own exporters
-        functions = load_components()
-        _executor = Executor(functions, ensure_code_deployment(functions))
+        deployment_id, functions = served_by_this_process()  # the deployment its cluster chose
+        _executor = Executor(functions, deployment_id)
     return _executor
 
 

@@ -177,6 +177,13 @@ class WorkflowContext:
         """The time, recorded on the first run and replayed after (decision 4)."""
         return self._history.now()
 
+    def patched(self, change_id: str) -> bool:
+        """True on the new code path of a change: in executions started after it, and in
+        those that reach it after an upgrade; False in an execution whose history was
+        recorded by the code before it. Keep both paths until no execution needs the old
+        one (``obelisk_deploy upgrade --dry-run`` tells). why: D112."""
+        return self._history.patched(change_id)
+
     def random_u64(self, low: int, high_exclusive: int) -> int:
         return self._history.random_u64(low, high_exclusive)
 

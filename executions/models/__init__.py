@@ -15,31 +15,6 @@ constraints for the state/lifecycle combinations of spec 000 §4, component dige
 ``consumes_response`` for join-next counting (decision 9).
 """
 
-from executions.models.base import (  # noqa: F401
-    COMPONENT_TYPES,
-    ExactJSONField,
-    ReadOnly,
-    ReadOnlyManager,
-    ReadOnlyQuerySet,
-    StoreTable,
-)
-from executions.models.deployments import (  # noqa: F401
-    DEPLOYMENT_STATUSES,
-    ComponentMetadata,
-    ComponentSource,
-    Deployment,
-    DeploymentComponent,
-    DeploymentFile,
-    File,
-)
-from executions.models.executions import (  # noqa: F401
-    AuditEntry,
-    Backtrace,
-    ClusterHeartbeat,
-    Delay,
-    ExecutionBacktrace,
-    ExecutionEvent,
-    ExecutionState,
-    JoinSetResponse,
-    LogEntry,
-)
+from executions.models.base import *  # noqa: F403
+from executions.models.deployments import *  # noqa: F403
+from executions.models.executions import *  # noqa: F403

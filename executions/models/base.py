@@ -10,6 +10,16 @@ from django.db import models
 
 from executions.events import compact_json
 
+__all__ = [
+    "COMPONENT_TYPES",
+    "ExactJSONField",
+    "ReadOnly",
+    "ReadOnlyManager",
+    "ReadOnlyQuerySet",
+    "StoreTable",
+    "choices",
+]
+
 COMPONENT_TYPES = ["activity", "activity_stub", "workflow", "webhook_endpoint", "cron"]
 
 

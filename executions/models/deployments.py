@@ -13,6 +13,16 @@ from django.db.models import CheckConstraint, Index, Q, UniqueConstraint
 
 from executions.models.base import COMPONENT_TYPES, StoreTable
 
+__all__ = [
+    "ComponentMetadata",
+    "ComponentSource",
+    "DEPLOYMENT_STATUSES",
+    "Deployment",
+    "DeploymentComponent",
+    "DeploymentFile",
+    "File",
+]
+
 DEPLOYMENT_STATUSES = ["inactive", "enqueued", "active"]
 
 

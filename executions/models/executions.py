@@ -9,6 +9,18 @@ from executions.events import VARIANTS
 from executions.models.base import COMPONENT_TYPES, ExactJSONField, StoreTable, choices
 from executions.state_machine import Lifecycle, State, StateWords
 
+__all__ = [
+    "AuditEntry",
+    "Backtrace",
+    "ClusterHeartbeat",
+    "Delay",
+    "ExecutionBacktrace",
+    "ExecutionEvent",
+    "ExecutionState",
+    "JoinSetResponse",
+    "LogEntry",
+]
+
 
 class ExecutionState(StateWords, StoreTable):
     """``t_state``: one row per execution, the projection of its event log."""

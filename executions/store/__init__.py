@@ -39,9 +39,9 @@ from executions.store.append import (
     append_many,
 )
 from executions.store.audit import AuditRecord, audited, list_audit
-from executions.store.clusters import list_clusters, record_cluster_stopped, record_heartbeat
+from executions.store.clusters import list_clusters, record_cluster_stopped, record_heartbeat, served_digests
 from executions.store.create import create, create_many
-from executions.store.dashboard import backlog, dashboard, first_scheduled_at
+from executions.store.dashboard import backlog, dashboard, first_scheduled_at, not_served
 from executions.store.datatypes import (
     STATUS_FILTERS,
     AppendItem,
@@ -65,7 +65,20 @@ from executions.store.datatypes import (
     ParkedRuns,
     Response,
 )
-from executions.store.deployments import activate_deployment, register_deployment
+from executions.store.deployments import (
+    DeploymentRecord,
+    NewDeployment,
+    activate_deployment,
+    confirm_deployment,
+    create_deployment,
+    current_deployment,
+    enqueue_deployment,
+    gc_orphan_files,
+    get_deployment_record,
+    read_file,
+    register_deployment,
+    resolve_source_digest,
+)
 from executions.store.lifecycle import (
     cancel,
     cancel_children,
@@ -74,9 +87,10 @@ from executions.store.lifecycle import (
     pause_execution,
     reschedule,
     unpause_execution,
+    upgrade_execution_component,
     upsert_stub_response,
 )
-from executions.store.listing import filter_executions, list_executions
+from executions.store.listing import filter_executions, in_flight_of_component, list_executions
 from executions.store.locking import extend_lock, lock_one, lock_pending, with_history
 from executions.store.reads import (
     append_logs,
@@ -104,7 +118,17 @@ from executions.store.timers import expire_lock, fire_delay, get_expired_timers,
 
 __all__ = [
     "activate_deployment",
+    "confirm_deployment",
+    "create_deployment",
+    "current_deployment",
+    "DeploymentRecord",
+    "enqueue_deployment",
+    "gc_orphan_files",
+    "get_deployment_record",
+    "NewDeployment",
+    "read_file",
     "register_deployment",
+    "resolve_source_digest",
     "AppendItem",
     "AttemptFailed",
     "AuditRecord",
@@ -160,6 +184,7 @@ __all__ = [
     "get_last_event",
     "get_state",
     "get_tree",
+    "in_flight_of_component",
     "list_audit",
     "list_backtraces",
     "list_clusters",
@@ -171,14 +196,17 @@ __all__ = [
     "lock_pending",
     "next_pending_at",
     "next_timer_at",
+    "not_served",
     "pause_delay",
     "pause_execution",
     "record_cluster_stopped",
     "record_heartbeat",
     "reschedule",
     "responses_after",
+    "served_digests",
     "unpause_delay",
     "unpause_execution",
+    "upgrade_execution_component",
     "upsert_stub_response",
     "wait_for_finished",
     "wait_for_finished_result",

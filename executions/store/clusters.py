@@ -1,11 +1,12 @@
-"""Worker clusters' heartbeats: who serves what, and who is gone."""
+"""Worker clusters' heartbeats: who serves what (functions, deployment, component digests),
+and who is gone."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from executions.models import ClusterHeartbeat
+from executions.models import ClusterHeartbeat, DeploymentComponent
 from executions.store.common import utc_now, write_transaction
 
 HEARTBEAT_INTERVAL = timedelta(seconds=5)
@@ -85,3 +86,13 @@ def list_clusters(*, now: datetime | None = None, include_gone_for: timedelta = 
         )
         for r in rows
     ]
+
+
+def served_digests(*, now: datetime | None = None) -> frozenset[str]:
+    """The component digests some live cluster runs: those of its deployment's components.
+    An execution pinned to any other digest waits, visibly, for a worker of its code (D111)."""
+    now = utc_now(now)
+    live = ClusterHeartbeat.objects.filter(stopped_at__isnull=True, last_seen_at__gte=now - GONE_AFTER)
+    deployments = set(live.values_list("deployment_id", flat=True))
+    digests = DeploymentComponent.objects.filter(deployment_id__in=deployments).values_list("component_id", flat=True)
+    return frozenset(digests)

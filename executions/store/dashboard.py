@@ -13,7 +13,10 @@ Every query here stays cheap on a big ``t_state``:
 - the breakdown by state and by outcome over all time is counted over the newest
   ``WINDOW`` executions (a range of ``t_state_created``): exact while the table holds
   fewer, a bounded scan when it holds millions (``Dashboard.window_full`` says which; the
-  dashboard then labels it).
+  dashboard then labels it);
+- the executions waiting for code no live cluster serves (D111) are looked for among the
+  ``NOT_SERVED_SCAN`` longest-due ones (the head of ``t_state_pending_ffqn``): such an
+  execution stays due, so it is among the oldest.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from django.db import connection
 from executions.models import ExecutionState
 from executions.outcome import FAILURE_OUTCOMES, outcome_of, outcome_of_result_kind
 from executions.state_machine import Lifecycle, State
-from executions.store.clusters import ClusterInfo, list_clusters
+from executions.store.clusters import ClusterInfo, list_clusters, served_digests
 from executions.store.common import utc_now
 from executions.store.listing import finished_since
 
 WINDOW = 100_000  # newest executions the breakdown by state and outcome covers
 RECENT = timedelta(hours=1)
+NOT_SERVED_SCAN = 10_000  # longest-due executions searched for unserved component digests
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class Dashboard:
     window: int
     window_full: bool
     clusters: tuple[ClusterInfo, ...] = field(default=())
+    # Due executions of component digests no live cluster serves, by digest (D111).
+    not_served: dict[str, int] = field(default_factory=dict)
 
     @property
     def finished_last_hour_total(self) -> int:
@@ -107,7 +113,24 @@ def dashboard(now: datetime | None = None, *, window: int = WINDOW) -> Dashboard
         window=window,
         window_full=counted >= window,
         clusters=tuple(list_clusters(now=now)),
+        not_served=not_served(now),
     )
+
+
+def not_served(now: datetime | None = None, *, scan: int = NOT_SERVED_SCAN) -> dict[str, int]:
+    """How many of the ``scan`` longest-due executions wait for a component digest that no
+    live cluster serves, by digest (D111). Nothing when no cluster is alive: then every
+    due execution waits for a worker, which the dashboard says otherwise."""
+    now = utc_now(now)
+    served = served_digests(now=now)
+    if not served:
+        return {}
+    digests = _due(now).order_by("pending_expires_finished").values_list("component_id_input_digest", flat=True)
+    counts: dict[str, int] = {}
+    for digest in digests[:scan]:
+        if digest not in served:
+            counts[digest] = counts.get(digest, 0) + 1
+    return counts
 
 
 def oldest_pending(now: datetime | None = None) -> OldestPending | None:

@@ -1,4 +1,4 @@
-"""Pause, unpause, cancel, stub (spec 000 §7.2, §7.3, §7.4; decision 14)."""
+"""Pause, unpause, cancel, stub, upgrade (spec 000 §7.2, §7.3, §7.4; decision 14)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from executions import errors, notify
 from executions.events import (
     ACTIVITY_TYPES,
     CancellationRequested,
+    ComponentUpgradeFinished,
     ExecutionFailure,
     Finished,
     Paused,
@@ -183,3 +184,39 @@ def upsert_stub_response(execution_id: str, retval: RetVal, *, now: datetime | N
     ):
         return False
     raise errors.StubConflict(f"`{child}` already finished with a different value")
+
+
+def upgrade_execution_component(
+    execution_id: str,
+    *,
+    old_digest: str,
+    new_digest: str,
+    deployment_id: str,
+    version: int,
+    force: bool = False,
+    now: datetime | None = None,
+) -> int:
+    """Move an unfinished execution from the component ``old_digest`` to ``new_digest`` of
+    ``deployment_id`` (spec 000 §7.4 ``upgrade_execution_component``): a
+    ``ComponentUpgradeFinished`` success, written at ``version`` (the version the caller's
+    dry run replayed; anything written since is a ``VersionConflict``, so a verdict is never
+    applied to a history it did not see). A running execution is refused: its worker runs
+    the old code until it lets go. Returns the next version. why: D111."""
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    with write_transaction():
+        row = row_for_update(execution_id)
+        if row.component_id_input_digest != old_digest:
+            raise errors.NotFound(f"execution `{execution_id}` is not pinned to {old_digest}")
+        if row.is_finished:
+            raise errors.AlreadyFinished(f"execution `{execution_id}` is already finished")
+        if row.state == State.LOCKED:
+            raise errors.IllegalState(f"execution `{execution_id}` is running; upgrade it when it waits")
+        reason = {"type": "manual", "force": force}
+        event = ComponentUpgradeFinished(
+            component_digest=new_digest, deployment_id=deployment_id, outcome={"type": "success", "reason": reason}
+        )
+        notes = notify.Notes()
+        next_version = append_in_tx(row, version, event, now, None, notes)
+        notes.publish()
+    return next_version

@@ -199,3 +199,11 @@ def list_executions(
         older_cursor=encode_cursor(rows[-1]) if rows and more_older else None,
         newer_cursor=encode_cursor(rows[0]) if rows and older_than else None,
     )
+
+
+def in_flight_of_component(component_digest: str, *, limit: int = 10_000) -> list[ExecutionSnapshot]:
+    """The unfinished executions pinned to ``component_digest``, oldest first (at most
+    ``limit``): what an upgrade from that component would move. Served by the index
+    ``t_state_component``."""
+    query = ExecutionState.objects.filter(component_id_input_digest=component_digest).exclude(state=State.FINISHED)
+    return [ExecutionSnapshot.of(row) for row in query.order_by("created_at", "execution_id")[:limit]]

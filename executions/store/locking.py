@@ -87,7 +87,7 @@ def lock_pending(
     if Statements().can_run_in_own_transaction():
         return _lock_pending_in_one_message(functions, limit, executor_id, run_id, deployment_id, now, known or {})
     with write_transaction():
-        candidates = _due_candidates(list(functions), now, limit)
+        candidates = _due_candidates(functions, now, limit)
         if not candidates:
             return []
         by_ffqn: dict[str, list[tuple]] = defaultdict(list)
@@ -130,11 +130,12 @@ def lock_pending(
         return _locked_executions(candidates, locked_events, deployment_id, created, known or {})
 
 
-def _due_candidates(ffqns: list[str], now: datetime, limit: int) -> list[tuple]:
-    """Due, active executions of ``ffqns``, oldest first, locked ``SKIP LOCKED`` (rows
-    another claimer holds are passed over, never waited for). A fixed statement: the
-    partial index ``t_state_pending_ffqn`` serves it."""
-    sql, params = _due_candidates_sql(ffqns, now, limit)
+def _due_candidates(functions: Mapping[str, LockTerms], now: datetime, limit: int) -> list[tuple]:
+    """Due, active executions of ``functions``, pinned to the components whose code the
+    caller runs, oldest first, locked ``SKIP LOCKED`` (rows another claimer holds are passed
+    over, never waited for). A fixed statement: the partial index ``t_state_pending_ffqn``
+    serves it."""
+    sql, params = _due_candidates_sql(functions, now, limit)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [row[:6] for row in cursor.fetchall()]  # without the due time, which orders them
@@ -145,17 +146,25 @@ _CANDIDATE_COLUMNS = (
 )
 
 
-def _due_candidates_sql(ffqns: list[str], now: datetime, limit: int) -> tuple[str, list]:
+def _due_candidates_sql(functions: Mapping[str, LockTerms], now: datetime, limit: int) -> tuple[str, list]:
+    """Pinned (spec 000 §7.1 ``lock_pending_by_component_digest``): an execution runs only on
+    the code of the component digest it records, so a worker claims only the digests of
+    its own functions; an execution of another digest waits for a worker of that code, or
+    an upgrade (D111). An ffqn belongs to one component of a deployment, so the two lists
+    pick exactly the served pairs."""
     lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    ffqns = list(functions)
+    digests = sorted({terms.component_id.component_digest for terms in functions.values()})
     # The predicate of the partial index ``t_state_pending_ffqn`` is literal text: the
     # generic plan of a prepared statement (D71) can use a partial index only so.
     sql = (
         f"SELECT {_CANDIDATE_COLUMNS}, pending_expires_finished FROM t_state"
         f" WHERE state = '{State.PENDING_AT.value}' AND lifecycle = '{Lifecycle.ACTIVE.value}'"
         f" AND pending_expires_finished <= %s AND ffqn IN ({', '.join(['%s'] * len(ffqns))})"
+        f" AND component_id_input_digest IN ({', '.join(['%s'] * len(digests))})"
         f" ORDER BY pending_expires_finished LIMIT %s{lock}"
     )
-    return sql, [connection.ops.adapt_datetimefield_value(now), *ffqns, limit]
+    return sql, [connection.ops.adapt_datetimefield_value(now), *ffqns, *digests, limit]
 
 
 def _lock_pending_in_one_message(
@@ -181,7 +190,7 @@ def _lock_pending_in_one_message(
         locked = locked_by_ffqn[ffqn] = new_lock(terms, executor_id, run_id, deployment_id, now)
         names, document = lock_document(terms, locked)
         terms_rows.append({"ffqn": ffqn, **document})
-    candidates_sql, params = _due_candidates_sql(list(functions), now, limit)
+    candidates_sql, params = _due_candidates_sql(functions, now, limit)
     at = connection.ops.adapt_datetimefield_value(now)
     try:
         with connection.cursor() as cursor:

@@ -2,13 +2,16 @@
 
 The dashboard (``obelisk/dashboard.html``) shows what ``store.dashboard()`` reads: the
 executions by state and outcome, what finished and failed in the last hour, the oldest due
-execution, expired locks, and the worker clusters with their heartbeats. Only users who
+execution, expired locks, the due executions waiting for code no live cluster serves (by
+component digest, D111), and the worker clusters with their heartbeats. Only users who
 may view executions see it; the numbers are read once per page view and again every
 ``POLL_SECONDS`` while the page is open (a handful of index-served queries,
 ``executions/store/dashboard.py``; the poll is ``obelisk/poll.html``'s).
 
 Each card links to the list filtered to what it counts (D93): the same outcome, the same
 window ("finished: last hour"), and children too, since the counts include them.
+
+why: D92 (the poll), D93 (index ranges, exact last hour), D95 (reads without JIT), D111
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from django import template
 from django.urls import NoReverseMatch, reverse
 
 from executions import display, store
-from executions.admin_filters import without_jit
+from executions.console.limits import without_jit
 from executions.outcome import FAILURE_OUTCOMES, FINISHED_OUTCOMES, UNFINISHED_OUTCOMES
 
 register = template.Library()
@@ -57,9 +60,28 @@ def obelisk_dashboard(context):
         return {"visible": False}
     with without_jit():  # (D95)
         data = store.dashboard()
-    now = data.now
-    live = [{"name": name, "count": data.live.get(name, 0), "url": _outcome_link(name)} for name in LIVE]
-    outcomes = [
+    return {
+        "visible": True,
+        "data": data,
+        "live": [{"name": name, "count": data.live.get(name, 0), "url": _outcome_link(name)} for name in LIVE],
+        "outcomes": _outcome_cards(data),
+        "states": sorted(data.by_state.items()),
+        "oldest": _oldest_due(data),
+        "not_served": _not_served(data),
+        "not_served_total": sum(data.not_served.values()),
+        "clusters": _clusters(data),
+        "alive_clusters": sum(1 for c in data.clusters if c.alive),
+        "failed_url": _list_link(outcome="failed", finished="1h"),
+        "errors_url": _list_link(outcome="error", finished="1h"),
+        "finished_url": _list_link(finished="1h"),
+        "running_url": _outcome_link("running"),
+        "poll_seconds": POLL_SECONDS,
+    }
+
+
+def _outcome_cards(data) -> list[dict]:
+    """One card per outcome that has executions, failures marked."""
+    return [
         {
             "name": name,
             "count": data.by_outcome.get(name, 0),
@@ -69,16 +91,35 @@ def obelisk_dashboard(context):
         for name in (*FINISHED_OUTCOMES, *UNFINISHED_OUTCOMES)
         if data.by_outcome.get(name)
     ]
-    oldest = None
-    if data.oldest_pending is not None:
-        oldest = {
-            "execution_id": data.oldest_pending.execution_id,
-            "ffqn": data.oldest_pending.ffqn,
-            "due_at": data.oldest_pending.due_at,
-            "age": display.format_duration(data.oldest_pending.age),
-            "url": _url("admin:obelisk_executions_executionstate_change", data.oldest_pending.execution_id),
-        }
-    clusters = [
+
+
+def _oldest_due(data) -> dict | None:
+    """The execution that has waited longest for a worker, if any."""
+    oldest = data.oldest_pending
+    if oldest is None:
+        return None
+    return {
+        "execution_id": oldest.execution_id,
+        "ffqn": oldest.ffqn,
+        "due_at": oldest.due_at,
+        "age": display.format_duration(oldest.age),
+        "url": _url("admin:obelisk_executions_executionstate_change", oldest.execution_id),
+    }
+
+
+def _not_served(data) -> list[dict]:
+    """The component digests due executions wait for and no live cluster serves, most
+    waiting first, each linking to the list of that component's executions."""
+    return [
+        {"digest": digest, "count": count, "url": _list_link(component=digest)}
+        for digest, count in sorted(data.not_served.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
+def _clusters(data) -> list[dict]:
+    """The worker clusters with their heartbeats: seen how long ago, up for how long."""
+    now = data.now
+    return [
         {
             "info": info,
             "seen_ago": display.format_duration(max(timedelta(0), now - info.last_seen_at)),
@@ -88,18 +129,3 @@ def obelisk_dashboard(context):
         }
         for info in data.clusters
     ]
-    return {
-        "visible": True,
-        "data": data,
-        "live": live,
-        "outcomes": outcomes,
-        "states": sorted(data.by_state.items()),
-        "oldest": oldest,
-        "clusters": clusters,
-        "alive_clusters": sum(1 for c in data.clusters if c.alive),
-        "failed_url": _list_link(outcome="failed", finished="1h"),
-        "errors_url": _list_link(outcome="error", finished="1h"),
-        "finished_url": _list_link(finished="1h"),
-        "running_url": _outcome_link("running"),
-        "poll_seconds": POLL_SECONDS,
-    }

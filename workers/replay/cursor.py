@@ -126,6 +126,7 @@ class ReplayCursor:
         self._lease = lease
         self._rng = DeterministicRandom(self.execution_id.random_seed())
         self._poison: WorkflowSignal | None = None
+        self._patches: dict[str, bool] = {}  # change id -> the path this run takes (``patched``)
 
     # -- state ------------------------------------------------------------------------------
 

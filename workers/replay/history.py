@@ -360,6 +360,23 @@ class EventHistory(ReplayCursor):
             key = PersistKey(NOW_KIND, None)
             return self._apply([key], lambda: self._write_persist(key, self._clock().isoformat().encode()))
 
+    def patched(self, change_id: str) -> bool:
+        """Temporal's ``patched()``: True where this run takes the new code path. A history
+        recorded before the patch (its next event is not this change's marker) replays the
+        old path: False, and nothing is consumed. Past the history the marker is written
+        (a ``Persist`` of kind ``patch``) and the answer is True. A run keeps its first answer
+        for a change id, so every call of it takes one path (D112)."""
+        with self._host_call():
+            if change_id in self._patches:
+                return self._patches[change_id]
+            key = PersistKey({"type": "patch", "change_id": change_id}, b"")
+            upcoming = self._events[self._cursor].event if self.is_replaying else None
+            taken = upcoming is None or (isinstance(upcoming, Persist) and key.matches(upcoming))
+            if taken:
+                self._apply([key], lambda: self._write_persist(key))
+            self._patches[change_id] = taken
+            return taken
+
     def _write_persist(self, key: PersistKey, value: bytes | None = None) -> None:
         raw = key.value if value is None else value
         self._write_non_blocking(Persist(value=list(raw), kind=key.kind))

@@ -4,7 +4,7 @@ A ``Writer`` appends events and creates executions in one transaction (``NewExec
 one such creation); a ``Waiter`` blocks until more responses arrive (the Await strategy,
 §4.2; none means Interrupt, §4.1); a ``Canceller`` cancels unawaited children and delays
 while a join set closes (§5.1); a ``Lease`` is the run's lock (decision 5). The store-backed
-implementations live in ``workers.workflow_runner``; ``tests/test_replay_pure.py`` has
+implementations live in ``workers.replay_adapters`` (and ``workers.workflow_parking``); ``tests/support/replay_fakes.py`` has
 in-memory ones.
 
 why: D60, D77.

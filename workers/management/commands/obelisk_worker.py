@@ -1,3 +1,4 @@
+import os
 import signal
 import time
 
@@ -15,22 +16,27 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--workers", type=int, help="worker processes (default: OBELISK_WORKERS or 2)")
+        parser.add_argument(
+            "--deployment",
+            metavar="ID",
+            help="serve this deployment (Dep_…) from a checkout of its code, e.g. to drain the executions "
+            "pinned to it; default: the current deployment (enqueued, else active), or the imported modules",
+        )
 
-    def handle(self, *args, workers, **options):
+    def handle(self, *args, workers, deployment=None, **options):
         from django_q.brokers import get_broker
         from django_q.cluster import Cluster
         from django_q.conf import Conf
 
-        from deployments.registration import ensure_code_deployment
         from workers import doorbell, heartbeat, lingering, shutdown, telemetry
-        from workers.components import load_components
+        from workers.components import SERVED_DEPLOYMENT_VARIABLE, serve
         from workers.sweeper import SweeperThread
 
         if workers:
             Conf.WORKERS = workers
             Conf.QUEUE_LIMIT = workers * 2
-        functions = self._load_components(load_components)
-        deployment_id = ensure_code_deployment(functions, activate=True)
+        deployment_id, functions = self._serve(serve, deployment)
+        os.environ[SERVED_DEPLOYMENT_VARIABLE] = deployment_id  # the cluster's processes serve the same
         self.stdout.write(
             f"worker cluster: {Conf.WORKERS} process(es), deployment {deployment_id}, "
             f"{len(functions)} function(s): {', '.join(sorted(functions))}"
@@ -66,16 +72,20 @@ class Command(BaseCommand):
         self.stdout.write("worker cluster stopped")
 
     @staticmethod
-    def _load_components(load_components) -> dict:
-        """The component modules, or one line that says what is wrong and where (a module
-        that does not exist, a decorator mistake), instead of a traceback (issue 36 item 10)."""
+    def _serve(serve, deployment_id: str | None) -> tuple[str, dict]:
+        """The deployment and functions to serve, or one line that says what is wrong and
+        where (a module that does not exist, a decorator mistake, code that is not the
+        deployment's, an unknown deployment), instead of a traceback (issue 36 item 10)."""
+        from executions import errors
         from workers.registry import RegistrationError
 
         try:
-            return load_components()
+            return serve(deployment_id)
         except RegistrationError as error:
             where = f" ({error.where})" if error.where else ""
             raise CommandError(f"{error}{where}") from None
+        except errors.NotFound as error:
+            raise CommandError(str(error)) from None
 
     @staticmethod
     def _wait_for_the_sentinel(cluster, stopping) -> None:
