@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Max, Q
+from django.db.models import Max
 
 from executions import errors, notify
 from executions.events import (
@@ -272,13 +272,13 @@ def get_tree(execution_id: str) -> list[tuple[ExecutionSnapshot, RetVal | None]]
     its result (None while it runs), in id order (a parent before its children)."""
     execution_id = canonical_id(execution_id)
     with read_snapshot():
-        rows = list(
-            ExecutionState.objects.filter(Q(pk=execution_id) | Q(execution_id__startswith=execution_id + ".")).order_by(
-                "execution_id"
-            )
-        )
-        if not rows:
+        root = list(ExecutionState.objects.filter(pk=execution_id))
+        if not root:
             raise errors.NotFound(f"execution `{execution_id}` not found")
+        # The descendants are a range of ``t_state_id_prefix`` (D94), sorted here: with an
+        # ORDER BY the planner may walk the whole primary key instead, for its order.
+        descendants = ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
+        rows = root + sorted(descendants, key=lambda row: row.execution_id)
         results = get_finished_results([row.execution_id for row in rows if row.is_finished])
     return [(ExecutionSnapshot.of(row), results.get(row.execution_id)) for row in rows]
 
