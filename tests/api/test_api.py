@@ -234,7 +234,12 @@ def ids_of(response) -> list[str]:
 
 
 def test_list_filters_by_function_outcome_status_and_creation_time(api):
-    ok, failed, pending = submitted(ADD), submitted(NOOP, []), submitted(ADD)
+    ok = submitted(ADD)
+    # The API shows times to the millisecond: ``failed`` must be created in a later
+    # millisecond than ``ok`` for "created after failed's time" to leave ``ok`` out (the
+    # failure seen once on SQLite in CI: both in one millisecond).
+    time.sleep(0.002)
+    failed, pending = submitted(NOOP, []), submitted(ADD)
     finish(ok, Ok(3))
     finish(failed, ExecutionFailure("uncategorized", "boom"))
     assert set(ids_of(api.get("/executions", {"function": "test:acts/basic.a"}))) == {ok, pending}
@@ -244,7 +249,6 @@ def test_list_filters_by_function_outcome_status_and_creation_time(api):
     assert ids_of(api.get("/executions", {"status": "finished_failure"})) == [failed]
     created = datetime.fromisoformat(api.get(f"/executions/{failed}").json()["created_at"])
     after = ids_of(api.get("/executions", {"created_after": created.isoformat()}))
-    # Seen failing once on SQLite in CI (ok listed too): show the stored times if it does.
     stored = {e: api.get(f"/executions/{e}").json()["created_at"] for e in (ok, failed, pending)}
     assert failed in after and ok not in after, (created.isoformat(), stored)
     assert ok in ids_of(api.get("/executions", {"created_before": created.isoformat()}))
