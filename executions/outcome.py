@@ -90,8 +90,10 @@ def expand_outcomes(names) -> tuple[str, ...]:
 def waiting_for_code(state, served: frozenset[str] | set[str]) -> str | None:
     """``waiting for component sha256:… (not served)`` when ``state`` (a ``t_state`` row) is
     due and no live cluster serves its component digest (``store.served_digests``), else
-    None: it is neither run by other code nor failed, it waits for its own (D111)."""
-    if state.state != State.PENDING_AT or state.lifecycle != Lifecycle.ACTIVE:
+    None: it is neither run by other code nor failed, it waits for its own (D111). While no
+    cluster is alive at all (``served`` empty) nothing is said: every due execution waits
+    then, and the dashboard's clusters table says so."""
+    if state.state != State.PENDING_AT or state.lifecycle != Lifecycle.ACTIVE or not served:
         return None
     if state.component_id_input_digest in served:
         return None

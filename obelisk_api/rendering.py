@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from executions import catalog, store
 from executions.events import event_to_json, retval_from_json, retval_to_json
-from executions.outcome import outcome_of_retval, waiting_for_code
+from executions.outcome import outcome_of_retval
 
 
 def summary(state: store.ExecutionSnapshot, now=None) -> dict:
@@ -42,17 +42,8 @@ def detail(found: store.ExecutionDetail) -> dict:
         "params": found.params,
         "metadata": found.metadata,
         "retry_of": found.metadata.get("retry_of"),
-        "waiting_for": waiting_for(found.state),
+        "waiting_for": store.waiting_for_code(found.state),
     }
-
-
-def waiting_for(state: store.ExecutionSnapshot) -> str | None:
-    """The text "waiting for component sha256:… (not served)" when it is due and no live
-    cluster serves its digest (D111); None while no cluster is alive at all, as on the dashboard."""
-    if state.is_finished:
-        return None
-    served = store.served_digests()
-    return waiting_for_code(state, served) if served else None
 
 
 def page(found: store.Page) -> dict:

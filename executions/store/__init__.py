@@ -39,7 +39,13 @@ from executions.store.append import (
     append_many,
 )
 from executions.store.audit import AuditRecord, audited, list_audit
-from executions.store.clusters import list_clusters, record_cluster_stopped, record_heartbeat, served_digests
+from executions.store.clusters import (
+    list_clusters,
+    record_cluster_stopped,
+    record_heartbeat,
+    served_digests,
+    waiting_for_code,
+)
 from executions.store.create import create, create_many
 from executions.store.dashboard import backlog, dashboard, first_scheduled_at, not_served
 from executions.store.datatypes import (
@@ -210,5 +216,6 @@ __all__ = [
     "upsert_stub_response",
     "wait_for_finished",
     "wait_for_finished_result",
+    "waiting_for_code",
     "with_history",
 ]

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from executions import outcome
 from executions.models import ClusterHeartbeat, DeploymentComponent
+from executions.state_machine import Lifecycle, State
 from executions.store.common import utc_now, write_transaction
 
 HEARTBEAT_INTERVAL = timedelta(seconds=5)
@@ -86,6 +88,15 @@ def list_clusters(*, now: datetime | None = None, include_gone_for: timedelta = 
         )
         for r in rows
     ]
+
+
+def waiting_for_code(state) -> str | None:
+    """ "waiting for component sha256:… (not served)" for a due execution whose digest no live
+    cluster serves, else None (``outcome.waiting_for_code``); the clusters are read only for
+    a due one. One rule for the console, the API and the dashboard (D111)."""
+    if state.state != State.PENDING_AT or state.lifecycle != Lifecycle.ACTIVE:
+        return None
+    return outcome.waiting_for_code(state, served_digests())
 
 
 def served_digests(*, now: datetime | None = None) -> frozenset[str]:

@@ -37,6 +37,7 @@ from executions.ids import ExecutionId, new_executor_id, new_run_id
 from executions.models import Delay, ExecutionState
 from tests.support import workflows
 from tests.support.helpers import DEPLOYMENT
+from tests.support.replay_fakes import AWAIT_0, AWAIT_100, INTERRUPT, INTERRUPT_100, STRATEGIES, Strategy  # noqa: F401
 from workers.activity import ActivityError
 from workers.registry import ArgumentError, Function, lookup
 from workers.replay import EventHistory
@@ -272,24 +273,6 @@ def complete(execution_id: str, spec: Function, world: World, *, blocking: str |
 # ---------------------------------------------------------------------------------------------
 # Runs driven host call by host call (the ports of spec 002 §6)
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """Interrupt (no waiter) or Await, each with a write batch size (§3.6, §4, D60)."""
-
-    waits: bool
-    batch: int = 0
-
-    def __str__(self) -> str:
-        return f"{'Await' if self.waits else 'Interrupt'}{{{self.batch}}}"
-
-
-INTERRUPT = Strategy(False)  # upstream's Interrupt: every event written at once
-INTERRUPT_100 = Strategy(False, 100)  # the worker's Interrupt: buffered like Await (D60)
-AWAIT_0 = Strategy(True, 0)
-AWAIT_100 = Strategy(True, 100)
-STRATEGIES = [INTERRUPT, INTERRUPT_100, AWAIT_0, AWAIT_100]
 
 
 class RecordingCanceller(StoreCanceller):

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from executions import client, display, store
 from executions.console.page.children import children
-from executions.console.page.code import waiting_for
 from executions.console.page.history import timeline
 from executions.console.page.logs import logs_and_backtraces
 from executions.console.page.responses import responses
@@ -51,7 +50,7 @@ def build(request, execution_id: str) -> dict:
         "is_finished": as_of is None and state.is_finished,
         "outcome_badge": display.outcome_badge(outcome),
         "reason": display.short_reason(retval, 300) if retval is not None else "",
-        "waiting_for": waiting_for(state) if as_of is None else None,
+        "waiting_for": store.waiting_for_code(state) if as_of is None else None,
         "arguments": display.pretty_json(detail.params),
         "metadata": detail.metadata,
         "result_json": result_json(retval),

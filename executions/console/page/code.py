@@ -3,7 +3,7 @@
 its backtrace's frames read from the deployment's stored files.
 
 An execution runs only on the code of its component digest (D111): a due one whose digest
-no live cluster serves says so (``executions.outcome.waiting_for_code``); while no cluster
+no live cluster serves says so (``store.waiting_for_code``); while no cluster
 is alive at all nothing is said, as on the dashboard (every due execution waits then). A
 frame's file is looked up among the files stored for the component digest the execution
 was pinned to when the backtrace was written (``Created``, a ``Locked`` or an upgrade before
@@ -18,17 +18,8 @@ from dataclasses import dataclass
 
 from executions import store
 from executions.events import ComponentUpgradeFinished, Created, Locked
-from executions.outcome import waiting_for_code
 
 CONTEXT_LINES = 2  # lines shown before and after a frame's line
-
-
-def waiting_for(state) -> str | None:
-    """The text "waiting for component sha256:… (not served)", or None."""
-    if state.is_finished:
-        return None
-    served = store.served_digests()
-    return waiting_for_code(state, served) if served else None
 
 
 @dataclass(frozen=True)
