@@ -18,17 +18,26 @@ and measures, with no-op activities as children (``bench/workflow_components.py`
   10k / 1k (linear: about 10) and the bar of < 1 s for 10k events. The sequential history
   of the largest N is replayed too, as the shape an Interrupt run replays at every response;
 - CPU seconds of the worker cluster's processes and their resident memory (from /proc),
-  and the CPU of the whole PostgreSQL server (shared with anything else on it).
+  and the CPU of the whole PostgreSQL server (shared with anything else on it);
+- one step: a workflow with one activity step (the sequential workflow with N = 1),
+  submitted and waited for back to back (``client.submit`` → ``client.wait``), p50 and p99.
 
-Baselines, same run, same server: ``pgbench`` one-row insert (1 client) and the no-op
-activity drain of bench/run.py (executions/s, 3 events each).
+Baselines, same run, same server: ``pgbench`` one-row insert (1 client), the no-op
+activity drain of bench/run.py (executions/s, 3 events each), and DBOS Transact, the
+Postgres-backed peer (``../shared/baselines/dbos`` next to this repository, or ``--dbos
+DIR``): its ``workflows.py`` (run.sh's steps) for the sequential and parallel shapes, and
+``bench/dbos_one_step.py`` (run with that baseline's virtualenv) for the one-step shape; a
+table of ratios closes the output (issue 40). Without the baseline, or when its virtualenv cannot be made, the DBOS
+columns stay empty and a note says why.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,6 +57,7 @@ from bench.run import (  # noqa: E402
     child_env,
     cpu_seconds,
     drain,
+    percentile,
     pgbench,
     postmaster_pid,
     process_tree,
@@ -67,6 +77,13 @@ SEQUENTIAL = {"await": "bench:wf/ifc.sequential-await", "interrupt": "bench:wf/i
 PARALLEL = {"await": "bench:wf/ifc.parallel-await", "interrupt": "bench:wf/ifc.parallel-interrupt"}
 RECORDED = "bench:wf/ifc.recorded-calls"
 CALL_BAR_MS = 5.0
+ONE_STEP = SEQUENTIAL  # the sequential workflow with N = 1: one activity step
+# The DBOS baseline, next to this repository (``--dbos`` or ``DBOS_DIR`` override it), and
+# the virtualenv its run.sh makes, which also runs bench/dbos_one_step.py.
+DBOS_DIR = Path(os.environ.get("DBOS_DIR", ROOT.parent / "shared" / "baselines" / "dbos"))
+DBOS_TARGET = 0.5  # issue 40: ms per step and one-step p50 <= 0.5 x DBOS's
+DBOS_CHILDREN_TARGET = 10.0  # parallel children/s >= 10 x DBOS's ...
+DRAIN_CHILDREN_TARGET = 0.3  # ... and >= 0.3 x the engine's own drain
 PARALLEL_BAR = 1000.0
 REPLAY_BAR_MS = 1000.0
 
@@ -253,6 +270,181 @@ def profile_replay(execution_id: str, top: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+# One step: submit -> result, back to back
+# ---------------------------------------------------------------------------------------
+
+
+def one_step(ffqn: str, count: int) -> dict:
+    """``count`` one-step workflows, each submitted and waited for before the next, through
+    the Python client, as a user's code would: p50 and p99 (ms) of submit -> result."""
+    from executions import client
+
+    def once() -> float:
+        started = time.perf_counter()
+        execution_id = client.submit(ffqn, [1]).execution_id
+        result = client.wait(execution_id, timeout=60, release_connection=False)
+        if result != {"ok": 1}:
+            raise SystemExit(f"{ffqn}(1) did not succeed: {result}")
+        return (time.perf_counter() - started) * 1000
+
+    for _ in range(5):  # warm-up: this process's statements prepared, the pool's thread started
+        once()
+    samples = [once() for _ in range(count)]
+    return {"n": count, "p50": percentile(samples, 0.5), "p99": percentile(samples, 0.99)}
+
+
+# ---------------------------------------------------------------------------------------
+# The DBOS baseline (issue 40): run.sh's steps, and our one-step script in its virtualenv
+# ---------------------------------------------------------------------------------------
+
+
+def dbos_python() -> Path:
+    """The virtualenv run.sh makes (once) and runs DBOS in."""
+    venv = os.environ.get("DBOS_VENV") or str(Path(os.environ.get("TMPDIR") or "/tmp") / "dbos-baseline-venv")
+    return Path(venv) / "bin" / "python"
+
+
+def dbos_records(stdout: str) -> list[dict]:
+    """The JSON lines of a DBOS run; anything else it prints is ignored."""
+    records = []
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def dbos_venv(directory: Path, note) -> Path | None:
+    """The baseline's virtualenv python, made as its run.sh makes it (the DBOS version read
+    from run.sh) when it is not there yet; None, with a note, when it cannot be made."""
+    python = dbos_python()
+    if python.exists():
+        return python
+    pin = re.search(r"dbos==[0-9][0-9.]*", (directory / "run.sh").read_text())
+    if pin is None:
+        note(f"DBOS baseline skipped: no dbos==<version> in {directory / 'run.sh'}")
+        return None
+    venv = python.parent.parent
+    note(f"DBOS baseline: making its virtualenv {venv} ({pin.group(0)})")
+    try:
+        subprocess.run(["python3", "-m", "venv", str(venv)], check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", pin.group(0), "psycopg[binary]"],
+            check=True, capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        detail = getattr(error, "stderr", "") or error
+        note(f"DBOS baseline skipped: its virtualenv cannot be installed: {str(detail).strip()[-500:]}")
+        return None
+    return python
+
+
+def dbos_baseline(admin_url: str, sizes: list[int], directory: Path, one_step_count: int, note) -> dict | None:
+    """DBOS on the same server: ``{"sequential": {n: ms_per_step}, "parallel": children_per_s,
+    "one_step": {"p50", "p99"}}`` (what it printed), or None, with a note, when the baseline
+    is absent or cannot run (its virtualenv cannot be installed, no network, ...).
+
+    The steps of its run.sh (the virtualenv, then its ``workflows.py`` on a database), not
+    run.sh itself: run.sh drops and recreates the fixed database ``dbos_baseline`` WITH
+    (FORCE), which kills another run's baseline on the same server (why: D106, as for
+    q2claim in bench/run.py). Its database here is ``<BENCH_DB>_dbos``, created for it and
+    dropped after it; bench/dbos_one_step.py makes and drops ``<BENCH_DB>_dbos1``."""
+    if not (directory / "run.sh").exists() or not (directory / "workflows.py").exists():
+        note(f"no DBOS baseline at {directory} (--dbos, DBOS_DIR): its columns stay empty")
+        return None
+    python = dbos_venv(directory, note)
+    if python is None:
+        return None
+    name = f"{bench.run.BENCH_DB}_dbos"
+    url = bench.run.create_database(admin_url, name).replace("postgres://", "postgresql://", 1)
+    note(f"baseline: DBOS ({directory / 'workflows.py'} on {name}, N = {' '.join(map(str, sizes))})")
+    try:
+        out = subprocess.run(
+            [str(python), str(directory / "workflows.py"), url, *map(str, sizes)],
+            capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        note("DBOS baseline: it took over 30 minutes; its columns stay empty")
+        return None
+    finally:
+        bench.run.drop_own_database(admin_url, name)
+    if out.returncode:
+        tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-5:])
+        note(f"DBOS baseline skipped: its workflows.py failed ({out.returncode}):\n{tail}")
+        return None
+    figures: dict = {"sequential": {}, "parallel": None, "one_step": None}
+    for record in dbos_records(out.stdout):
+        if record.get("workload") == "sequential_steps":
+            figures["sequential"][int(record["n"])] = float(record["ms_per_step"])
+        elif record.get("workload") == "parallel_children":
+            figures["parallel"] = float(record["children_per_s"])
+    if one_step_count:
+        note(f"baseline: DBOS one step, {one_step_count} workflows (bench/dbos_one_step.py)")
+        name = f"{bench.run.BENCH_DB}_dbos1"
+        out = subprocess.run(
+            [str(python), str(ROOT / "bench" / "dbos_one_step.py"), admin_url, name, str(one_step_count)],
+            capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        found = [r for r in dbos_records(out.stdout) if r.get("workload") == "one_step"]
+        if out.returncode or not found:
+            tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-5:])
+            note(f"DBOS one step failed ({out.returncode}); its column stays empty:\n{tail}")
+        else:
+            figures["one_step"] = {"p50": float(found[0]["p50_ms"]), "p99": float(found[0]["p99_ms"])}
+    return figures
+
+
+def ratio_table(sequential: dict, parallel: dict, steps: dict, drained: dict, dbos: dict | None) -> list[str]:
+    """shape | this engine | DBOS | ratio: engine / DBOS (ms per step and p50: lower is
+    better, target <= 0.5; children/s: higher is better, target >= 10, and >= 0.3 of the
+    engine's own drain)."""
+    dbos = dbos or {"sequential": {}, "parallel": None, "one_step": None}
+    lines = []
+
+    def line(shape: str, strategy: str, engine: str, peer: str, ratio: str, target: str) -> None:
+        lines.append(f"{shape:<40} | {strategy:<9} | {engine:>18} | {peer:>18} | {ratio:>22} | {target}")
+
+    def fraction(value: float | None, base: float | None) -> str:
+        return f"{value / base:.2f}" if value is not None and base else "-"
+
+    line("shape", "strategy", "this engine", "DBOS", "ratio", "target")
+    lines.append("-" * len(lines[0]))
+    for strategy, runs in sequential.items():
+        for run in (r for r in runs if isinstance(r, Run)):
+            ms = run.seconds * 1000 / run.n
+            peer = dbos["sequential"].get(run.n)
+            line(
+                f"sequential, N={run.n}", strategy, f"{ms:.2f} ms/step", f"{peer:.2f} ms/step" if peer else "-",
+                fraction(ms, peer), f"<= {DBOS_TARGET:g}",
+            )  # fmt: skip
+    for strategy, result in steps.items():
+        peer = dbos["one_step"]
+        line(
+            f"one step, submit -> result p50 (n={result['n']})", strategy, f"{result['p50']:.2f} ms",
+            f"{peer['p50']:.2f} ms" if peer else "-", fraction(result["p50"], peer and peer["p50"]),
+            f"<= {DBOS_TARGET:g}",
+        )  # fmt: skip
+        line(
+            "one step, submit -> result p99", strategy, f"{result['p99']:.2f} ms",
+            f"{peer['p99']:.2f} ms" if peer else "-", fraction(result["p99"], peer and peer["p99"]), "",
+        )  # fmt: skip
+    for strategy, runs in parallel.items():
+        done = sorted((r for r in runs if isinstance(r, Run)), key=lambda r: r.n / r.seconds)
+        if not done:
+            continue
+        rate = done[len(done) // 2].n / done[len(done) // 2].seconds
+        versus = f"{fraction(rate, dbos['parallel'])} (own drain {fraction(rate, drained['exec_s'])})"
+        line(
+            f"parallel join set, {done[0].n} children", strategy, f"{rate:,.0f} children/s",
+            f"{dbos['parallel']:,.0f} children/s" if dbos["parallel"] else "-", versus,
+            f">= {DBOS_CHILDREN_TARGET:g} (>= {DRAIN_CHILDREN_TARGET:g})",
+        )  # fmt: skip
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------
 
@@ -310,6 +502,14 @@ def main() -> None:
         help="seconds: a sequential N whose projected time exceeds it is skipped, parallel runs are repeated "
         "within it, and a workflow still running after 3x is cancelled (keeps the run near 5 minutes)",
     )
+    parser.add_argument(
+        "--one-step", type=int, default=200, help="one-step workflows submitted back to back (0: not measured)"
+    )
+    parser.add_argument(
+        "--dbos", type=Path, default=DBOS_DIR, metavar="DIR",
+        help="the DBOS baseline's directory (default: ../shared/baselines/dbos next to this repository)",
+    )  # fmt: skip
+    parser.add_argument("--no-dbos", action="store_true", help="do not run the DBOS baseline")
     parser.add_argument("--profile", action="store_true", help="cProfile the 10k replay and print its top functions")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database afterwards")
     args = parser.parse_args()
@@ -341,6 +541,7 @@ def main() -> None:
     sequential: dict[str, list[Run | Skipped]] = {}
     parallel: dict[str, list[Run | Skipped]] = {}
     built: list[Run | Skipped] = []
+    steps: dict[str, dict] = {}
     try:
         note("warm-up")
         for strategy in args.strategies:
@@ -371,6 +572,10 @@ def main() -> None:
                 rows.append(run or Skipped(args.parallel, f"not finished in {timeout:g} s: cancelled"))
                 if run is None:
                     break
+        if args.one_step:
+            for strategy in args.strategies:
+                note(f"one step {strategy}: {args.one_step} workflows, submit -> result")
+                steps[strategy] = one_step(ONE_STEP[strategy], args.one_step)
         for size in args.replay:
             note(f"building a history of {size} recorded calls")
             run = run_workflow(RECORDED, size, meter, timeout)
@@ -379,6 +584,10 @@ def main() -> None:
             built.append(run)
     finally:
         cluster.stop()
+    # After the engine's cluster stopped, so that neither measures next to the other's load.
+    dbos = (
+        None if args.no_dbos else dbos_baseline(args.database_url, sorted(args.sizes), args.dbos, args.one_step, note)
+    )
 
     replays = []
     for run, size in zip(built, args.replay, strict=True):
@@ -496,6 +705,16 @@ def main() -> None:
         "with anything else using it; peak RSS: all cluster processes (largest one), sampled every 0.2 s; "
         "replay: fastest of several in-process replays of a finished workflow's whole history, nothing written)"
     )
+    print(
+        "\nNext to DBOS Transact (same run, same server; ratio: this engine / DBOS; the issue's targets: "
+        "ms per step and one-step p50 <= 0.5 x DBOS's, children/s >= 10 x DBOS's and >= 0.3 x the own drain)\n"
+    )
+    for text in ratio_table(sequential, parallel, steps, drained, dbos):
+        print(text)
+    if dbos is None:
+        print("(DBOS not measured in this run: see the note above)")
+    for strategy, result in steps.items():
+        print(f"one step ({strategy}): submit -> result p50 {result['p50']:.2f} ms, p99 {result['p99']:.2f} ms")
     if args.profile:
         print("\ncProfile of one replay of the largest history:\n")
         print(profile_replay(built[-1].execution_id, 25))

@@ -3,7 +3,7 @@
 import time
 from datetime import timedelta
 
-from workers import activity, current_activity
+from workers import activity, current_activity, schedule
 
 
 @activity(max_retries=3, backoff=timedelta(milliseconds=500))
@@ -26,3 +26,11 @@ def slow(seconds: float) -> str:
     """Sleeps longer than its 1 s timeout: stopped, retried once, then finished as timed out."""
     time.sleep(seconds)
     return "woke up"
+
+
+@schedule(every=timedelta(seconds=10), id="demo-tally", overlap="skip")
+@activity(max_retries=3, backoff=timedelta(milliseconds=500))
+def tally(scheduled_at: str) -> str:
+    """Started by the schedule ``demo-tally`` every 10 s while a worker runs; it receives
+    the tick's time (``scheduled_at``)."""
+    return f"tick of {scheduled_at}"

@@ -14,4 +14,10 @@ why: D90, D91
 
 from __future__ import annotations
 
-from executions.console import audit, delays_and_logs, execution_admin  # noqa: F401  (each registers its pages)
+from executions.console import (  # noqa: F401  (each registers its pages)
+    audit,
+    delays_and_logs,
+    execution_admin,
+    schedules,
+    webhook_calls,
+)

@@ -12,8 +12,9 @@ import functools
 from django.contrib.auth.views import redirect_to_login
 from ninja import NinjaAPI
 
+from executions.schedule_spec import SpecError
 from obelisk_api import auth, errors, parsing
-from obelisk_api.routes import actions, catalog, deployments, executions, health
+from obelisk_api.routes import actions, catalog, deployments, executions, health, schedules
 
 DESCRIPTION = """Submit, inspect, wait for and act on Obelisk executions.
 
@@ -21,7 +22,8 @@ Authenticate with `Authorization: Bearer <token>` (`manage.py obelisk_token crea
 or a Django session (log in at `/admin/`; unsafe methods need the `X-CSRFToken` header).
 Reading needs `view_executionstate`; submit, cancel, pause, resume, retry and stub need
 `act_on_executions`; so do creating, activating and upgrading a deployment (an upgrade's
-dry run only reads). Every error is `{"code", "message"}` with a stable `code`."""
+dry run only reads), and creating, changing, pausing, resuming, triggering, backfilling and
+deleting a schedule. Every error is `{"code", "message"}` with a stable `code`."""
 
 
 def docs_access(view):
@@ -60,4 +62,11 @@ assert actions.router is executions.router  # the acting routes live on the exec
 assert deployments.router is catalog.router  # and deploying on the catalogue's
 api.add_router("v1/", executions.router)
 api.add_router("v1/", catalog.router)
+api.add_router("v1/", schedules.router)
 api.add_router("v1/", health.router)
+
+
+@api.exception_handler(SpecError)
+def invalid_schedule(request, exc: SpecError):
+    """A schedule's invalid field, also as ``field`` for a client to point at."""
+    return api.create_response(request, errors.body(exc.code, exc.message, field=exc.field), status=exc.http_status)

@@ -53,6 +53,7 @@ class ErrorOut(Schema):
     code: str
     message: str
     details: list[dict[str, Any]] | None = None
+    field: str | None = None  # the field an invalid schedule names (``invalid_schedule``)
 
 
 class SubmittedOut(Schema):

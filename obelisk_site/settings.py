@@ -174,6 +174,10 @@ OBELISK = {
     "MAX_WAIT": timedelta(seconds=float(os.environ.get("OBELISK_MAX_WAIT_SECONDS", "25"))),
     "MAX_WAITS_PER_PROCESS": int(os.environ.get("OBELISK_MAX_WAITS_PER_PROCESS", "12")),
     "MAX_WAITS_PER_USER": int(os.environ.get("OBELISK_MAX_WAITS_PER_USER", "8")),
+    # Webhook endpoints (D117-D119): where they are served, and their secrets by name (a
+    # name not here is read from the environment; README.md, "Webhook endpoints").
+    "WEBHOOK_PREFIX": os.environ.get("OBELISK_WEBHOOK_PREFIX", "hooks/"),
+    "WEBHOOK_SECRETS": {},
 }
 
 # django-q2 runs the executors: see docs/architecture.md, "Workers".

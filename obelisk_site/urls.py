@@ -3,6 +3,9 @@
 The upgrade dry-run report (``upgrade_report``) is a page of the console under the admin's
 address and login, mounted before the admin's own URLs (whose catch-all would take it).
 
+The webhook endpoints the component modules declare are served under
+``OBELISK["WEBHOOK_PREFIX"]`` (``hooks/``) by ``obelisk_api.webhooks`` (D119).
+
 The admin's "View site" link goes to the REST API's docs (``/api/docs``) and is labelled
 so (``templates/admin/base_site.html``): the console has no other public site (D92).
 """
@@ -11,6 +14,7 @@ from django.contrib import admin
 from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 
+from obelisk_api import webhooks
 from obelisk_site.upgrade_report import upgrade_report
 
 admin.site.site_header = "Obelisk for Django"
@@ -27,4 +31,5 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("api/", include("obelisk_api.urls")),
+    webhooks.url_pattern(),  # the components' @webhook endpoints under OBELISK["WEBHOOK_PREFIX"] (D119)
 ]

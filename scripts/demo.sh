@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 setup_venv
-export OBELISK_COMPONENT_MODULES="${OBELISK_COMPONENT_MODULES:-demo.activities,demo.workflows}"
+export OBELISK_COMPONENT_MODULES="${OBELISK_COMPONENT_MODULES:-demo.activities,demo.workflows,demo.webhooks}"
 echo "migrating the demo's SQLite database in ${OBELISK_VAR_DIR:-var}/..." >&2
 python manage.py migrate -v0
 python manage.py obelisk_demo "$@"

@@ -22,9 +22,11 @@ from deployments.digests import SourceFile, digest_of_files, import_root, origin
 from deployments.manifest import ComponentEntry, Manifest, ManifestError, deployment_digest, is_manifest_text
 from deployments.manifest import parse_manifest as parse_manifest_text
 from deployments.registration import OBELISK_VERSION, describe_function, ensure_code_deployment
-from executions import conf, store
+from executions import conf, schedules, store
 from executions.events import ComponentId
+from executions.schedules import ScheduleRequest
 from workers.registry import Function, RegistrationError, registered
+from workers.scheduling import declared_schedules
 
 SERVED_DEPLOYMENT_VARIABLE = "OBELISK_SERVED_DEPLOYMENT"  # set by obelisk_worker for its processes
 
@@ -237,10 +239,25 @@ def serve(deployment_id: str | None = None) -> tuple[str, dict[str, Function]]:
             deployment_id = current[0]
     if deployment_id is None:
         functions = load_components()
-        return ensure_code_deployment(functions, activate=True), functions
-    functions = load_deployment(deployment_id)
-    store.confirm_deployment(deployment_id)
+        deployment_id = ensure_code_deployment(functions, activate=True)
+    else:
+        functions = load_deployment(deployment_id)
+        store.confirm_deployment(deployment_id)
+    apply_declared_schedules(functions)
     return deployment_id, functions
+
+
+def apply_declared_schedules(functions: dict[str, Function]) -> dict[str, str]:
+    """Apply the ``@schedule`` declarations of the served functions (after their
+    deployment is registered, so their targets are checked against it). Idempotent: by
+    schedule id. Declarations of other code this process happened to import are not this
+    worker's to apply."""
+    requests = [
+        ScheduleRequest(**{k: v for k, v in vars(declared).items() if k != "where"}, source="code")
+        for declared in declared_schedules()
+        if declared.ffqn in functions
+    ]
+    return schedules.apply(requests)
 
 
 def served_by_this_process() -> tuple[str, dict[str, Function]]:

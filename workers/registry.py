@@ -343,6 +343,16 @@ def registered() -> dict[str, Function]:
     return dict(_FUNCTIONS)
 
 
+def restore(saved: dict[str, Function]) -> None:
+    """The registry as ``registered()`` found it, plus the modules imported since, minus
+    the functions defined inside a function body (a test's own): ``obelisk_env``'s teardown."""
+    for ffqn, spec in list(_FUNCTIONS.items()):
+        if ffqn in saved:
+            _FUNCTIONS[ffqn] = saved[ffqn]
+        elif "<locals>" in getattr(spec.fn, "__qualname__", ""):
+            del _FUNCTIONS[ffqn]
+
+
 @functools.cache
 def component_of_module(module: str, component_type: str = "activity") -> ComponentId:
     """A module's component of one type: its name and the digest of its type and source

@@ -3,7 +3,8 @@
 - expired locks (a worker died or hung): back to pending with a retry, unlocked, or
   finished as timed out (``state_machine.on_lock_expired``);
 - due delays: their ``DelayFinished`` response is appended, which wakes the workflow;
-- cancellations: a cancelling execution that no live run holds is finished as cancelled.
+- cancellations: a cancelling execution that no live run holds is finished as cancelled;
+- due schedules: their ticks become executions (``executions.schedules.fire_due``, D113).
 
 Scheduled and retry-pending executions need no sweep: they are ``pending_at`` rows the
 broker wakes the executors for. Everything here is idempotent and safe from several
@@ -11,7 +12,7 @@ clusters at once: each action locks its row and re-checks it, and the version fe
 a lost race into a no-op. It runs as a thread of the ``obelisk_worker`` process
 (``SweeperThread``).
 
-why: D11, D24, D26, D30, D31
+why: D11, D24, D26, D30, D31, D113
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from datetime import datetime
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from executions import conf, errors, notify, store
+from executions import conf, errors, notify, schedules, store
 from executions.outage import DATABASE_ERRORS, Outage
 
 logger = logging.getLogger("obelisk.sweeper")
@@ -36,9 +37,10 @@ class SweepReport:
     expired_locks: int = 0
     fired_delays: int = 0
     cancelled: int = 0
+    ticks: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.expired_locks or self.fired_delays or self.cancelled)
+        return bool(self.expired_locks or self.fired_delays or self.cancelled or self.ticks)
 
 
 def sweep(now: datetime | None = None, *, limit: int = 500, expire_locks: bool = True) -> SweepReport:
@@ -67,6 +69,12 @@ def sweep(now: datetime | None = None, *, limit: int = 500, expire_locks: bool =
                 report.cancelled += 1
         except errors.StoreError as error:
             logger.warning("cancelling %s: %s", execution_id, error)
+    fired = schedules.fire_due(now=now, limit=limit)
+    report.ticks = fired.started + fired.dropped
+    for schedule_id in fired.paused:
+        logger.warning("schedule %s paused: its target cannot be submitted (see the console)", schedule_id)
+    for error in fired.errors:
+        logger.warning("schedule %s", error)
     return report
 
 
@@ -119,7 +127,8 @@ class SweeperThread(threading.Thread):
     def _wait_seconds(self, *, progress: bool) -> float:
         """Until the next timer is due; an overdue timer the last pass could not handle
         (another cluster holds it) is retried at the regular interval, not in a loop."""
-        next_at = store.next_timer_at()
+        times = [t for t in (store.next_timer_at(), store.next_schedule_due_at()) if t is not None]
+        next_at = min(times, default=None)
         if next_at is None:
             return self.max_interval
         seconds = (next_at - timezone.now()).total_seconds()

@@ -142,16 +142,29 @@ def _verdict(row: store.ExecutionSnapshot, component: str, new: str, functions: 
 def replay(spec: Function, log: store.ExecutionLog) -> tuple[bool, str | None]:
     """Run ``spec`` over the recorded history of ``log`` without writing: ``(True, None)``
     when it consumes the whole history, else ``(False, the failure the engine would record)``."""
+    return replay_recorded(spec, log.state.execution_id, log.events, log.responses, log.state.next_version)
+
+
+def replay_recorded(
+    spec: Function,
+    execution_id: str,
+    events: Sequence[store.EventRecord],
+    responses: Sequence[store.Response],
+    next_version: int,
+) -> tuple[bool, str | None]:
+    """``replay`` of a history given as its parts: a stored log's, or an exported one's
+    (``workers.testing.replay``, the same replay as the dry run's, D123). ``events`` start
+    with ``Created`` (the call's parameters)."""
     history = EventHistory(
-        log.state.execution_id,
-        [(record.version, record.event) for record in log.events if isinstance(record.event, HistoryEventRecord)],
-        log.responses,
-        next_version=log.state.next_version,
+        execution_id,
+        [(record.version, record.event) for record in events if isinstance(record.event, HistoryEventRecord)],
+        responses,
+        next_version=next_version,
         writer=_NoWrites(),
         canceller=_NoCancels(),
-        clock=_frozen_clock(log),
+        clock=_frozen_clock(events),
     )
-    trapped = _run(spec, WorkflowContext(history, log.state.execution_id), _params(log), history)
+    trapped = _run(spec, WorkflowContext(history, execution_id), events[0].event.params, history)
     try:
         history.finalize()
     except FatalWorkflowError as fatal:
@@ -187,13 +200,9 @@ def _message(fatal: FatalWorkflowError) -> str:
     return failure.reason or fatal.message
 
 
-def _params(log: store.ExecutionLog) -> list:
-    return log.events[0].event.params
-
-
-def _frozen_clock(log: store.ExecutionLog) -> Callable[[], datetime]:
+def _frozen_clock(events: Sequence[store.EventRecord]) -> Callable[[], datetime]:
     """The replay's clock: a new ``now()`` past the history is new code, never compared."""
-    at = log.events[-1].created_at if log.events else datetime.now(UTC)
+    at = events[-1].created_at if events else datetime.now(UTC)
     return lambda: at
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import admin
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -21,7 +22,7 @@ from executions import display
 from executions.console.readonly import ReadOnlyAdminMixin
 from executions.console.urls import execution_url
 from executions.models import AuditEntry
-from executions.store.audit import VIA
+from executions.store.audit import SCHEDULE_SUBJECT, VIA
 
 VIEW_EXECUTIONS = "obelisk_executions.view_executionstate"
 ACTORS_SHOWN = 50
@@ -86,7 +87,10 @@ class ActionFilter(admin.SimpleListFilter):
     parameter_name = "action_done"  # ``action`` is the admin's own bulk-action field
 
     def lookups(self, request, model_admin):
-        names = ("cancel", "pause", "resume", "retry", "run_now", "stub", "submit")
+        names = ("cancel", "pause", "resume", "retry", "run_now", "stub", "submit", "upgrade")
+        names += tuple(
+            f"schedule_{verb}" for verb in ("create", "update", "pause", "resume", "trigger", "backfill", "delete")
+        )
         return [(name, name.replace("_", " ")) for name in names]
 
     def queryset(self, request, queryset):
@@ -121,7 +125,12 @@ class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="execution")
     def execution(self, obj):
-        return format_html('<a href="{}" class="obelisk-id">{}</a>', execution_url(obj.execution_id), obj.execution_id)
+        subject = obj.execution_id
+        if subject.startswith(SCHEDULE_SUBJECT):  # an action on a schedule (D116)
+            url = reverse("admin:obelisk_executions_schedule_change", args=[subject.removeprefix(SCHEDULE_SUBJECT)])
+        else:
+            url = execution_url(subject)
+        return format_html('<a href="{}" class="obelisk-id">{}</a>', url, subject)
 
     @admin.display(description="detail")
     def detail_text(self, obj):

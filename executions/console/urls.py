@@ -1,23 +1,24 @@
-"""The console's addresses of an execution: its page, its actions' confirmation pages, and
-the execution id read back from such an address.
+"""The console's addresses of an execution: its page, its actions' confirmation pages, the
+download of its history, and the execution id read back from such an address.
 
 Ids are written as they are, not in the admin's ``_5F`` escaping, so an address can be
 copied and pasted into ``obelisk_status``; an address in the old escaping (a bookmark)
 still reads, since an escaped id never parses as an execution id.
 
-why: D90
+why: D90, D123
 """
 
 from __future__ import annotations
 
 from django.contrib.admin.utils import unquote
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 from executions import errors
 from executions.ids import ExecutionId
 
 CHANGE_URL = "admin:obelisk_executions_executionstate_change"
 ACT_URL = "admin:obelisk_executions_executionstate_act"
+EXPORT_URL = "obelisk_api:execution_export"  # the REST API's export (D123), where it is mounted
 
 
 def execution_url(execution_id: str, **query) -> str:
@@ -32,6 +33,16 @@ def execution_url(execution_id: str, **query) -> str:
 def act_url(execution_id: str, action: str) -> str:
     """The confirmation page of ``action`` on the execution."""
     return reverse(ACT_URL, args=[execution_id, action])
+
+
+def export_url(execution_id: str) -> str | None:
+    """The download of the execution's whole history (the REST API's ``/export``, which
+    takes the console's session and asks for the same view permission, D123); None in a
+    project that does not mount the API."""
+    try:
+        return reverse(EXPORT_URL, args=[execution_id])
+    except NoReverseMatch:
+        return None
 
 
 def execution_id_of(object_id: str) -> str:

@@ -3,6 +3,7 @@
 - ``base``: exact JSON text and the read-only default managers every table shares;
 - ``executions``: state, the append-only log, responses, delays, logs, backtraces, audit,
   cluster heartbeats;
+- ``triggers``: schedules and their ticks, webhook keys and calls;
 - ``deployments``: deployments, components, their metadata and files (``app_label``
   ``obelisk_deployments``).
 
@@ -18,3 +19,4 @@ constraints for the state/lifecycle combinations of spec 000 §4, component dige
 from executions.models.base import *  # noqa: F403
 from executions.models.deployments import *  # noqa: F403
 from executions.models.executions import *  # noqa: F403
+from executions.models.triggers import *  # noqa: F403

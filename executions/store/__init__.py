@@ -31,6 +31,8 @@ Notifications (``executions.notify``) are published inside each transaction and 
 on commit.
 """
 
+from executions.store import schedules as _schedules
+from executions.store import webhooks as _webhooks
 from executions.store.append import (
     append,
     append_and_claim_children,
@@ -119,8 +121,10 @@ from executions.store.reads import (
 )
 from executions.store.responses import append_delay_response, pause_delay, unpause_delay
 from executions.store.retention import delete_finished
+from executions.store.schedules import *  # noqa: F403
 from executions.store.search import find_by_result_text
 from executions.store.timers import expire_lock, fire_delay, get_expired_timers, next_pending_at, next_timer_at
+from executions.store.webhooks import *  # noqa: F403
 
 __all__ = [
     "activate_deployment",
@@ -219,3 +223,4 @@ __all__ = [
     "waiting_for_code",
     "with_history",
 ]
+__all__ += _schedules.__all__ + _webhooks.__all__

@@ -4,11 +4,13 @@ and waiting for its result. Every route needs the view permission (the API's def
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from ninja import Query, Router
 
 from executions import client, errors, store
 from executions.ids import ExecutionId
+from executions.store import export as store_export
 from obelisk_api import rendering, waiting
 from obelisk_api.schemas import (
     LIST_ERRORS,
@@ -47,6 +49,8 @@ def list_executions(
 ):
     """Executions newest first, in pages whose cursors are keys `(created_at, id)`: an
     execution created while a client pages neither shifts nor repeats the older pages."""
+    if not parent and "parent" in request.GET:  # `?parent=` names no execution: not "any parent"
+        raise errors.InvalidId("parent: an empty text is not an execution id")
     filters = store.ExecutionFilter(
         ffqn_prefix=function,
         show_derived=not top_level_only,
@@ -64,6 +68,19 @@ def list_executions(
 def get_execution(request, execution_id: ExecutionIdText):
     """State, outcome, result, arguments, timestamps, attempts and tree links."""
     return rendering.detail(client.get(execution_id))
+
+
+@router.get(
+    "/executions/{execution_id}/export",
+    response={200: dict[str, Any], READ_ERRORS: ErrorOut},
+    url_name="execution_export",  # the console's download button links here
+)
+def export(request, execution_id: ExecutionIdText):
+    """The execution's whole history as one JSON document (format
+    `obelisk-execution-history`, with a `format_version`): the execution, every event,
+    every response, and a summary of each execution of its tree. Keep it as a test
+    fixture and replay it against new code: `workers.testing.replay(fn, document)` (D123)."""
+    return store_export.export_execution(execution_id)
 
 
 @router.get("/executions/{execution_id}/history", response={200: HistoryPage, PAGE_ERRORS: ErrorOut})

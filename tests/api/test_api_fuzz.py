@@ -188,10 +188,14 @@ def known(deployed) -> dict[str, list[str]]:
     finish(failed, ExecutionFailure("uncategorized", "boom"))
     parent = helpers.create_workflow()
     _, child, _ = helpers.block_on_child(parent, helpers.lock(parent))
+    from executions import schedules
+
+    schedules.create(schedules.ScheduleRequest("known", "test:acts/basic.add", [1, 2], interval_seconds=60))
     return {
         "execution_id": [pending, paused, ok, failed, parent, child],
         "finished": [ok, failed],
         "deployment_id": [deployed],
+        "schedule_id": ["known"],
     }
 
 

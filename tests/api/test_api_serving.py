@@ -136,14 +136,30 @@ def get_routes(values: dict) -> list[str]:
     return [
         path
         for path in paths
-        if not path.endswith(("/cancel", "/pause", "/resume", "/retry", "/run-now", "/stub", "/activate", "/upgrade"))
+        if not path.endswith(
+            (
+                "/cancel",
+                "/pause",
+                "/resume",
+                "/retry",
+                "/run-now",
+                "/stub",
+                "/activate",
+                "/upgrade",
+                "/trigger",
+                "/backfill",
+            )
+        )
     ]
 
 
 def test_head_answers_like_get_without_a_body_on_every_get_route(api, deployed):
     pending, finished = submitted(), submitted()
     finish(finished)  # a wait on it returns at once
-    values = {"execution_id": finished, "deployment_id": deployed}
+    from executions import schedules
+
+    schedules.create(schedules.ScheduleRequest("nightly", "test:acts/basic.add", [1, 2], cron="0 2 * * *"))
+    values = {"execution_id": finished, "deployment_id": deployed, "schedule_id": "nightly"}
     checked = 0
     for path in get_routes(values):
         got = api.request("GET", path)
@@ -152,7 +168,7 @@ def test_head_answers_like_get_without_a_body_on_every_get_route(api, deployed):
         assert head["Content-Type"] == got["Content-Type"], path
         assert head.content == b"", path
         checked += 1
-    assert checked == 12  # 10 reads, /health and /openapi.json
+    assert checked == 15  # 13 reads, /health and /openapi.json
     assert api.request("HEAD", f"/api/v1/executions/{pending}").status_code == 200
 
 
@@ -336,10 +352,20 @@ SIGNED_IN = {401, 403, 503}  # no or bad credentials, no permission, the databas
 POSTED = {400, 411, 413}  # a POST's framing: Content-Length, a chunked body, the size limit
 BY_ID = {400, 404}  # the id in the path malformed (`invalid_id`) or unknown
 DOCUMENTED = {
+    ("get", "/api/v1/schedules"): {200} | SIGNED_IN,
+    ("post", "/api/v1/schedules"): {201, 409, 422} | POSTED | SIGNED_IN,
+    ("get", "/api/v1/schedules/{schedule_id}"): {200} | BY_ID | SIGNED_IN,
+    ("put", "/api/v1/schedules/{schedule_id}"): {200, 422} | BY_ID | POSTED | SIGNED_IN,
+    ("delete", "/api/v1/schedules/{schedule_id}"): {204} | BY_ID | SIGNED_IN,
+    ("post", "/api/v1/schedules/{schedule_id}/pause"): {200, 422} | BY_ID | POSTED | SIGNED_IN,
+    ("post", "/api/v1/schedules/{schedule_id}/resume"): {200} | BY_ID | POSTED | SIGNED_IN,
+    ("post", "/api/v1/schedules/{schedule_id}/trigger"): {201} | BY_ID | POSTED | SIGNED_IN,
+    ("post", "/api/v1/schedules/{schedule_id}/backfill"): {200, 422} | BY_ID | POSTED | SIGNED_IN,
     ("get", "/api/v1/executions"): {200, 400, 422} | SIGNED_IN,
     ("post", "/api/v1/executions"): {200, 201, 404, 409, 422} | POSTED | SIGNED_IN,
     ("get", "/api/v1/executions/{execution_id}"): {200} | BY_ID | SIGNED_IN,
     ("get", "/api/v1/executions/{execution_id}/history"): {200, 422} | BY_ID | SIGNED_IN,
+    ("get", "/api/v1/executions/{execution_id}/export"): {200} | BY_ID | SIGNED_IN,
     ("get", "/api/v1/executions/{execution_id}/responses"): {200, 422} | BY_ID | SIGNED_IN,
     ("get", "/api/v1/executions/{execution_id}/logs"): {200, 422} | BY_ID | SIGNED_IN,
     ("get", "/api/v1/executions/{execution_id}/wait"): {200, 422, 429} | BY_ID | SIGNED_IN,

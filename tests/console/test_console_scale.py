@@ -32,6 +32,7 @@ from executions.console.limits import MAX_COUNT
 from executions.events import Err, ExecutionFailure, Finished, Ok
 from tests.support import browser as support
 from tests.support.helpers import block_on_child, create, create_workflow, deploy_components, lock
+from tests.support.schedules_console import make_schedules
 
 LIST = "admin:obelisk_executions_executionstate_changelist"
 BIG_TABLES = ("t_state", "t_execution_log")
@@ -182,10 +183,14 @@ def _console_urls(ages) -> list[str]:
     page = reverse("admin:obelisk_executions_executionstate_change", args=[ages["workflow"]])
     deployment, component = _deployed()
     filters += [f"?component={component}"]
+    schedules = make_schedules()  # ticks started, finished, skipped, missed, failed
     pages = [
         page,
         reverse("admin:obelisk_deployments_deployment_change", args=[deployment]),
         reverse("admin:obelisk_deployments_componentmetadata_change", args=[component]),
+        reverse("admin:obelisk_executions_schedule_changelist"),
+        reverse("admin:obelisk_executions_schedule_change", args=[schedules.sync]),
+        reverse("admin:obelisk_executions_webhookcall_changelist"),
     ]
     return ["/admin/"] + pages + [base + f for f in filters]
 

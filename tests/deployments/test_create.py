@@ -228,4 +228,5 @@ def test_the_demo_manifest_creates_its_deployment(db):
         names = {c["name"] for c in store.get_deployment_record(deployment_id).components}
         assert names == {"demo.activities", "demo.workflows:workflow"}
     finally:
-        forget_package("demo")  # later tests serve every registered function
+        for module in ("demo.activities", "demo.workflows"):  # later tests serve every registered function
+            forget_package(module)  # (demo/tests, a test package of its own, keeps its functions)

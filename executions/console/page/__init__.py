@@ -20,13 +20,14 @@ from django.utils import timezone
 
 from executions import client, display, store
 from executions.console.page.children import children
-from executions.console.page.history import timeline
+from executions.console.page.history import export_link, timeline
 from executions.console.page.logs import logs_and_backtraces
 from executions.console.page.responses import responses
 from executions.console.page.result import result_json, retval_as_of, traceback_of
 from executions.console.page.retries_and_audit import retries_and_audit
 from executions.console.page.time_travel import as_of_asked, requested_by_then
 from executions.console.page.timings import timings
+from executions.console.page.webhook import webhook_calls
 from executions.console.urls import execution_url
 
 
@@ -59,6 +60,7 @@ def build(request, execution_id: str) -> dict:
         "traceback_source": traceback_source,
         "timings": timings(state, detail, as_of, events, retval, now),
         "timeline": timeline(execution_id, events, as_of),
+        "export": export_link(execution_id),
         "hidden_events": len(log.events) - len(events),
         "responses": responses(as_of.responses if as_of else log.responses),
         "tree": children(execution_id, now) if as_of is None else [],
@@ -72,5 +74,6 @@ def build(request, execution_id: str) -> dict:
         "list_url": reverse("admin:obelisk_executions_executionstate_changelist"),
     }
     context.update(retries_and_audit(execution_id, detail))
+    context.update(webhook_calls(execution_id))
     context.update(logs_and_backtraces(execution_id, as_of, log.events))
     return context

@@ -5,14 +5,18 @@ time since the previous event, a title naming what the event did (a workflow's h
 events by what the workflow did: *Child started*, *Waiting for a response*, …), a one-line
 description, and a failure's traceback when it has one.
 
-why: D90 (links with ids as they are), D91 (events named by what they did)
+Above it, a button downloads the whole history as one JSON document (``export_link``), to
+keep as a test fixture and replay against new code (``workers.testing.replay``).
+
+why: D90 (links with ids as they are), D91 (events named by what they did), D123 (the export)
 """
 
 from __future__ import annotations
 
 from executions import display
-from executions.console.urls import execution_url
+from executions.console.urls import execution_url, export_url
 from executions.events import ExecutionFailure, Finished, TemporarilyFailed
+from executions.store.export import export_filename
 
 
 def timeline(execution_id: str, events, as_of) -> list[dict]:
@@ -36,6 +40,12 @@ def timeline(execution_id: str, events, as_of) -> list[dict]:
         )
         previous = record.created_at
     return rows
+
+
+def export_link(execution_id: str) -> dict | None:
+    """The download button's address and file name; None where the API is not mounted."""
+    url = export_url(execution_id)
+    return {"url": url, "filename": export_filename(execution_id)} if url else None
 
 
 def _failure_of(event) -> str | None:

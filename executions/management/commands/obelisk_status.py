@@ -1,3 +1,5 @@
+import json
+
 from executions import display, store
 from executions.events import ExecutionFailure, Finished, TemporarilyFailed, TemporarilyTimedOut
 from executions.management.commands._cli import (
@@ -9,6 +11,7 @@ from executions.management.commands._cli import (
     tree_lines,
     wait_with_progress,
 )
+from executions.store.export import export_execution
 
 
 def last_failure(log) -> tuple[int, str, str | None] | None:
@@ -35,11 +38,19 @@ class Command(ObeliskCommand):
         parser.add_argument("--history", action="store_true", help="print every event and response")
         parser.add_argument("--logs", action="store_true", help="print what its runs logged and printed")
         parser.add_argument("--tree", action="store_true", help="print its child executions with their outcomes")
+        parser.add_argument(
+            "--export",
+            action="store_true",
+            help="print its whole history as one JSON document (the API's /export), to replay in tests",
+        )
 
-    def handle(self, *args, execution_id, wait, timeout, history, logs, tree, **options):
+    def handle(self, *args, execution_id, wait, timeout, history, logs, tree, export, **options):
         timeout = parse_seconds(timeout, "--timeout")
         if wait:
             wait_with_progress([execution_id], timeout)
+        if export:  # the document alone, so that `> history.json` is a fixture file (D123)
+            self.stdout.write(json.dumps(export_execution(execution_id), indent=1, sort_keys=True))
+            return
         log = store.get(execution_id)
         self.stdout.write(status_line(log.state))
         self.stdout.write(f"result: {result_line(log.state)}")

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
-from executions import conf, display, store
+from executions import conf, display, errors, schedules, store
 from executions.management.commands._cli import (
     ObeliskCommand,
     parse_seconds,
@@ -88,7 +88,23 @@ class Command(ObeliskCommand):
         )
         for line in tree_lines(ids[-1]):
             self.stdout.write(line)
+        self._schedule_summary()
         self._console_hint()
+
+    def _schedule_summary(self):
+        """The demo's schedule (``@schedule`` on ``demo.activities.tally``): what its worker fired."""
+        try:
+            row = schedules.get("demo-tally")
+        except errors.NotFound:
+            return
+        fired = [t for t in schedules.ticks("demo-tally", limit=5) if t.execution_id]
+        upcoming = schedules.next_fire_times(row, 1)
+        self.stdout.write(
+            f"\nSchedule demo-tally ({row.ffqn} every {row.interval_seconds:g} s while a worker runs): "
+            f"{len(fired)} recent tick(s) started"
+            + (f", the last {fired[0].execution_id}" if fired else "")
+            + (f"; next at {upcoming[0]:%H:%M:%S} UTC" if upcoming else "")
+        )
 
     def _console_hint(self):
         database = settings.DATABASES["default"]
@@ -113,14 +129,14 @@ class Command(ObeliskCommand):
         self.stdout.write(
             "\nWhere to look: in a shell in this directory, run\n"
             "  . .venv/bin/activate\n"
-            f"  export DJANGO_DEBUG=1 OBELISK_COMPONENT_MODULES=demo.activities,demo.workflows{var_dir}\n"
+            f"  export DJANGO_DEBUG=1 OBELISK_COMPONENT_MODULES=demo.activities,demo.workflows,demo.webhooks{var_dir}\n"
             "  python manage.py runserver\n"
             "then open\n"
             f"  http://127.0.0.1:8000/admin/      the operator console{login}: executions, events, worker clusters\n"
             "  http://127.0.0.1:8000/api/docs    the REST API and its OpenAPI documentation\n"
             f"Database: {database['NAME']}\n"
             "CLI (same shell): python manage.py obelisk_list | obelisk_status <id> --history --logs --tree | "
-            "obelisk_submit | obelisk_cancel"
+            "obelisk_submit | obelisk_cancel | obelisk_schedule show demo-tally"
         )
 
     @staticmethod

@@ -84,7 +84,7 @@ class Command(BaseCommand):
         except RegistrationError as error:
             where = f" ({error.where})" if error.where else ""
             raise CommandError(f"{error}{where}") from None
-        except errors.NotFound as error:
+        except (errors.NotFound, errors.ValidationFailed) as error:  # an unknown deployment, a bad @schedule
             raise CommandError(str(error)) from None
 
     @staticmethod

@@ -1,5 +1,4 @@
-"""Testing helpers for users' workflows; today: submitting from a process that has the
-components imported (tests, benchmarks, the demo).
+"""Submitting from a process that has the components imported (tests, benchmarks, the demo).
 
 It registers the deployment of the code this process imports (as a worker does at start)
 and submits through ``executions.client``, pinned to that deployment. Processes without the
