@@ -181,6 +181,12 @@ class Statements:
         where, keys = in_list(list(pks))
         self.add(f"{head} {where}", params + keys)
 
+    def take(self) -> list[tuple[str, list]]:
+        """The statements collected, ``(sql, params)`` each, which are then no longer this
+        batch's: a caller composing them into a statement of its own (D126)."""
+        items, self._items = self._items, []
+        return items
+
     def can_run_in_own_transaction(self) -> bool:
         """Whether ``run_in_own_transaction`` sends one message: on PostgreSQL, outside any
         ``atomic`` block. (The connection is looked up once: each attribute of Django's

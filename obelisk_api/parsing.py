@@ -53,6 +53,14 @@ class StrictJsonParser(Parser):
     def parse_body(self, request: HttpRequest):
         return parse_json(request.body)
 
+    def parse_querydict(self, data, list_fields, request: HttpRequest):
+        """A parameter that takes one value, given twice (``?created_after=a&created_after=b``),
+        is refused: Django's ``QueryDict`` would silently keep the last (schemathesis found it)."""
+        for key in data.keys():
+            if key not in list_fields and len(data.getlist(key)) > 1:
+                raise errors.ValidationFailed(f"query parameter `{errors.excerpt(key, 80)}` is given more than once")
+        return super().parse_querydict(data, list_fields, request)
+
 
 # Methods whose body a route reads; a GET's body is never read, so never refused either.
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

@@ -11,13 +11,18 @@ The activity runs in the process's main thread; a ``Watchdog`` thread watches it
   it has the executor hand back what has not started (``on_long_run``, ``on_stop``,
   ``on_orphaned``) and interrupts the running activity (``ActivityShutdown``).
 
+A workflow's local child (D124) runs in the workflow's thread instead, watched by a
+``LocalWatchdog``: the same deadlines, renewals, cancellations and hard stop, the interrupt
+raised in that thread (``PyThreadState_SetAsyncExc``) rather than by a signal.
+
 Every write of the run carries its fence (run id + lock generation).
 
-why: D8, D24, D27, D28, D29, D96
+why: D8, D24, D27, D28, D29, D96, D124
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -310,6 +315,65 @@ class Watchdog:
                 self.on_hard_stop()
         finally:
             os._exit(HARD_STOP_EXIT_CODE)
+
+
+class LocalWatchdog(Watchdog):
+    """The watchdog of one activity run in a workflow's thread (a local child, D124): the
+    ``Watchdog``'s deadline, lock renewals, cancellation checks, shutdown interrupt and hard
+    stop, for a run in any thread. A thread takes no signal handler, so an interrupt is
+    raised in the run's thread by ``PyThreadState_SetAsyncExc``: it lands at the next
+    bytecode the thread runs, so an activity blocked in one long C call (a ``time.sleep`` of
+    minutes, a socket read) cannot be interrupted, and past ``grace`` the process is
+    hard-stopped, as for a main-thread activity that ignores its interrupt (its outcome
+    recorded first, the other locks left to expire). The process's stop and orphan checks
+    stay with the executor's own watchdog."""
+
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="obelisk-local-watchdog", daemon=True)
+            self._thread.start()
+
+    def begin(self, run: WatchedRun, *, flush_if_slow: bool = False, hand_back_if_long: bool = False) -> None:
+        self._main = threading.get_ident()  # the run's thread: the one interrupted
+        super().begin(run)
+
+    def release(self) -> None:
+        """After the run, however it ended: nothing more is watched. An interrupt is sent
+        only while the run is in its user code and not closed, so at most the one sent as
+        it returned may land here; it is dropped (the caller's ``run.interrupted`` tells).
+        (A pending interrupt is not cleared with ``PyThreadState_SetAsyncExc(id, NULL)``:
+        that leaves the interpreter's eval breaker set, and every thread of the process
+        takes the slow path at every call from then on.)"""
+        while True:
+            try:
+                with self.lock:
+                    if self.run is not None:
+                        self.run.in_user_code = False
+                        self.run.closed = True
+                        self.run = None
+                return
+            except ActivityInterrupt:
+                continue
+
+    def _check_stop(self) -> None:
+        pass  # the executor's watchdog hands back on a stop; a local run is interrupted by _grace_over
+
+    def _check_orphaned(self) -> None:
+        pass  # the executor's watchdog ends the process
+
+    def _interrupt(self, run: WatchedRun, exception: type[ActivityInterrupt]) -> None:
+        """Called with ``lock`` held."""
+        run.interrupted = exception
+        run.interrupted_at = time.monotonic()
+        run.pending = None
+        logger.warning("interrupting local run %s: %s", run.execution_id, exception.__name__)
+        if run.in_user_code and not run.closed:
+            _raise_in_thread(self._main, exception)
+
+
+def _raise_in_thread(thread_id: int, exception: type[BaseException]) -> None:
+    """Raise ``exception`` in the thread ``thread_id`` at its next bytecode."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
 
 
 def _grace() -> timedelta:

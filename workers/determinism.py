@@ -60,6 +60,17 @@ def guarding():
         _state.depth -= 1
 
 
+@contextlib.contextmanager
+def unguarded():
+    """Code that is not the workflow's runs inside, in a workflow's thread (a local child,
+    D124): the guard is off for it, and back as it was after."""
+    depth, _state.depth = _state.depth, 0
+    try:
+        yield
+    finally:
+        _state.depth = depth
+
+
 def _check(name: str, instead: str) -> None:
     if _state.depth:
         raise DeterminismError(

@@ -8,9 +8,11 @@ It keeps claiming while work is due, within a time budget, and lingers briefly f
 (``workers.lingering``, ``workers.doorbell``). The batch size adapts to the activities' run
 time. A run that turns out long, or a stop (``workers.shutdown``), hands the rest of the
 batch back at once (``Unlocked``, no retry used). The workflows it claims run in its
-``workers.workflow_pool``; a run calls back only through ``replay_adapters.ChildRunner``.
+``workers.workflow_pool``; a run calls back only through ``replay_adapters.ChildRunner``,
+which may also run a ``ctx.call``'s child at once in the workflow's own thread (a local
+child: ``local_claim``, ``run_local``).
 
-why: D28, D44, D57, D58, D61, D65, D69, D70, D77, D82, D86
+why: D28, D44, D57, D58, D61, D65, D69, D70, D77, D82, D86, D124
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.utils import timezone
 
@@ -27,8 +30,17 @@ from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
-from workers import doorbell, heartbeat, lingering, shutdown, telemetry
-from workers.activity_runner import Watchdog, renew_before_start, run_activity
+from workers import determinism, doorbell, heartbeat, lingering, shutdown, telemetry
+from workers.activity_runner import (
+    ActivityInterrupt,
+    ActivityLockLost,
+    LocalWatchdog,
+    Watchdog,
+    WatchedRun,
+    interrupt_outcome,
+    renew_before_start,
+    run_activity,
+)
 from workers.registry import Function
 from workers.workflow_pool import WorkflowPool
 
@@ -102,6 +114,12 @@ class Executor:
         self._running = False  # a batch is under way: it is offered no children (D65)
         self._told_while_running = False  # activities were announced during the last batch
         self._in_task = threading.Lock()  # held while a claim task runs (a dead parent waits for it, D96)
+        # Local children (D124): a slot (its watchdog) per child running in a workflow's
+        # thread, as many as the pool has threads; by the run id of the claim holding one.
+        self._local_slots = [LocalWatchdog() for _ in range(self.workflows.size)]
+        self._local_held: dict[str, LocalWatchdog] = {}
+        self._local_lock = threading.Lock()
+        self._local_at = float("-inf")  # when a local child last ran
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds (``_claim_and_run``)."""
@@ -166,6 +184,10 @@ class Executor:
                     continue
                 with lingering.lingering():
                     due = self._wait_for_work(idle_until)
+                if due is None and time.monotonic() - self._local_at < linger:
+                    # Local children ran meanwhile (D124): they announce nothing, and the
+                    # workflows calling them run theirs only while this task claims.
+                    idle_until, due = time.monotonic() + linger, _Due(activities=False, workflows=False)
                 if due is None:
                     break
         except DATABASE_ERRORS as error:
@@ -263,6 +285,82 @@ class Executor:
             self._give_back(locked, "handed back: the executor is busy or stopped claiming")
             return
         self._announcements.nudge()
+
+    # -- Local children (D124): a ``ctx.call``'s child run in the workflow's own thread.
+
+    def local_claim(self, ffqn: str) -> store.ChildClaim | None:
+        """A claim of the one child of a ``ctx.call`` for the workflow run calling, which
+        will run it itself (``run_local``) right after its write creates it locked: an
+        activity this executor serves, while it claims (inside ``claim_and_run``, as for
+        eager dispatch, D65; local runs keep that claim task lingering) and a local slot is
+        free. None: the child takes the eager or the pending path (``child_claim``). The
+        write still locks it only if it is due now and built from the component served. A
+        claim holds its slot until ``run_local`` is given it back."""
+        terms = self.terms.get(ffqn)
+        if terms is None or not self._accepting or shutdown.stopping():
+            return None
+        with self._local_lock:
+            if not self._local_slots:
+                return None
+            claim = store.ChildClaim({ffqn: terms}, 1, self.executor_id, new_run_id(), self.deployment_id)
+            self._local_held[claim.run_id] = self._local_slots.pop()
+        return claim
+
+    def run_local(self, claim: store.ChildClaim, locked: store.LockedExecution | None) -> datetime | None:
+        """Run the child a write created ``locked`` under ``claim`` in this thread, and write
+        its result (one statement with the response to the parent, D81, which this
+        process's listeners get in memory, D67), then free the claim's slot; None: the
+        write locked nothing, only the slot is freed. Returns when its ``Finished`` was
+        written (the parent's next write expects the row so, D126), None otherwise. Never
+        raises: a result not written leaves the child's lock to expire, and it is run again
+        (at least once per attempt)."""
+        with self._local_lock:
+            watchdog = self._local_held.pop(claim.run_id)
+        try:
+            if locked is None:
+                return None
+            self._local_at = time.monotonic()
+            if telemetry.ENABLED:  # the attempt's span, as for a run of a batch
+                item = telemetry.run_attempt(lambda child: self._run_local(child, watchdog), locked)
+            else:
+                item = self._run_local(locked, watchdog)
+            if item is None:
+                self.stats.lost += 1
+                return None
+            at = timezone.now()
+            results = self._write([item], now=at)
+            return at if isinstance(item.event, Finished) and results and isinstance(results[0], int) else None
+        except Exception:
+            logger.exception("local child %s: its result was not written; its lock expires", locked.execution_id)
+            return None
+        finally:
+            with self._local_lock:
+                self._local_slots.append(watchdog)
+
+    def _run_local(self, locked: store.LockedExecution, watchdog: LocalWatchdog) -> store.AppendItem | None:
+        """``_run_one`` for a local child: its own watchdog, nothing to flush or hand back,
+        and outside the workflow's determinism guard (the activity is not workflow code)."""
+        spec = self.functions[locked.ffqn]
+        lifecycle = renew_before_start(locked, spec)
+        if lifecycle is None:
+            return None
+        if lifecycle == Lifecycle.CANCELLING:
+            failure = ExecutionFailure("cancelled", "cancellation requested before it started")
+            return store.AppendItem(locked.execution_id, None, Finished(retval=failure), locked.fence)
+        watchdog.on_hard_stop = self._flush_and_hand_back
+        watchdog.start()
+        self.stats.claimed += 1
+        try:
+            try:
+                with determinism.unguarded():  # an activity, not workflow code (D124)
+                    return run_activity(locked, spec, watchdog)
+            finally:
+                watchdog.release()
+        except ActivityLockLost:  # landed as the run returned, after its own handling
+            return None
+        except ActivityInterrupt as late:
+            event = interrupt_outcome(WatchedRun(locked, spec), type(late))
+            return store.AppendItem(locked.execution_id, None, event, locked.fence)
 
     def _begin_batch(self, claimed: list[store.LockedExecution]) -> list[store.LockedExecution]:
         """The batch to run: the children handed over so far, first, then ``claimed``. From
@@ -413,16 +511,17 @@ class Executor:
             if items:
                 self._write(items)
 
-    def _write(self, items: list[store.AppendItem]) -> None:
+    def _write(self, items: list[store.AppendItem], now: datetime | None = None) -> list | None:
         """Write results, never losing one to another's problem: a group commit that fails
         as a whole (not an outage) is retried item by item, and a result the store refuses
-        (``UnsupportedValue``, ``PayloadTooLarge``) finishes its own execution as failed."""
+        (``UnsupportedValue``, ``PayloadTooLarge``) finishes its own execution as failed.
+        Returns each item's result as the group commit gave it (None: not written)."""
         parked = self._parked_runs()
         try:
-            results = self._ride_outage(lambda: store.append_many(items, parked=parked))
+            results = self._ride_outage(lambda: store.append_many(items, now=now, parked=parked))
         except DATABASE_ERRORS as error:
             logger.error("%d result(s) not recorded, the database stayed unavailable: %s", len(items), error)
-            return
+            return None
         except Exception as error:
             logger.warning("group commit of %d result(s) failed (%s); writing them one by one", len(items), error)
             results = [self._write_alone(item) for item in items]
@@ -447,6 +546,7 @@ class Executor:
                 logger.error("result of %s not recorded: %s", item.execution_id, result)
             else:
                 self.stats.finished += 1
+        return results
 
     def _parked_runs(self) -> store.ParkedRuns | None:
         """The workflows whose runs are parked in this process's pool: a group commit whose

@@ -5,13 +5,14 @@ decisions out in ``executions.store`` (the ports are ``workers.replay.ports``):
 
 - ``StoreWriter``: new history events and the executions they create, one fenced
   transaction each; children the process's executor serves may be created locked for it
-  (``ChildRunner``: the executor as a run sees it, eager dispatch);
+  (``ChildRunner``: the executor as a run sees it, eager dispatch), and an Await run's
+  ``ctx.call`` of one runs its child itself, right after the write (a local child, D124);
 - ``StoreWaiter``: Await, waiting in place for the next responses until the lock's deadline;
 - ``StoreCanceller``: closing a join set cancels unawaited activities and delays (§5.1);
 - ``StoreLease``: the run's lock, renewed at host calls close to its expiry;
 - ``release_if_locked``: an interrupted run hands back the lock it still holds.
 
-why: D37, D38, D39, D47, D63, D65, D67, D72, D80, D98
+why: D37, D38, D39, D47, D63, D65, D67, D72, D80, D98, D124, D125, D126
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from typing import Any, Protocol
 from django.utils import timezone
 
 from executions import errors, notify, store, tracing
-from executions.events import HistoryEventRecord, JoinNext, Unlocked
+from executions.events import ChildExecutionRequest, HistoryEventRecord, JoinNext, JoinSetRequest, Unlocked
 from executions.ids import ExecutionId
+from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS
+from executions.store.append import answered, append_call
 from workers import shutdown
 from workers.registry import Function, lookup
 from workers.replay import EventHistory, ImportedFunctionCallError, NewExecution, WriteFailed
@@ -56,32 +59,58 @@ class ChildRunner(Protocol):
 
     def hand_over(self, locked: list[store.LockedExecution]) -> None: ...
 
+    def local_claim(self, ffqn: str) -> store.ChildClaim | None: ...
+
+    def run_local(self, claim: store.ChildClaim, locked: store.LockedExecution | None) -> datetime | None: ...
+
 
 class StoreWriter:
     """``Writer``: fenced appends of history events with the executions they create."""
 
-    def __init__(self, locked: store.LockedExecution, deployment_id: str, children: ChildRunner | None = None):
+    def __init__(
+        self,
+        locked: store.LockedExecution,
+        deployment_id: str,
+        children: ChildRunner | None = None,
+        *,
+        local: bool = False,
+    ):
         self.locked = locked
         self.deployment_id = deployment_id
         self.children = children
+        self.local = local and children is not None  # an Await run: it may run a call's child itself (D124)
         self._component = locked.locked.component_id.model_dump(mode="json")
         self.before_join_next: Callable[[int], None] | None = None  # told the last version (D77)
+        self._expected: ExecutionState | None = None  # the row after the last local call (D126)
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
         if self.before_join_next is not None and any(_hands_on(event) for event in events):
             self.before_join_next(version + len(events) - 1)
         requests = [self._create_request(new) for new in creates]
-        claim = self.children.child_claim([r.ffqn for r in requests]) if requests and self.children else None
-        _, claimed = store.append_and_claim_children(
-            self.locked.execution_id,
-            version,
-            [HistoryEventRecord(event=event) for event in events],
-            requests,
-            fence=self.locked.fence,
-            stack=self._blocking_stack(events),
-            claim=claim,
-        )
-        if claimed:
+        local = self.children.local_claim(requests[0].ffqn) if self.local and _one_call(events, requests) else None
+        claim = local or (self.children.child_claim([r.ffqn for r in requests]) if requests and self.children else None)
+        records = [HistoryEventRecord(event=event) for event in events]
+        expected, self._expected = self._expected, None
+        try:
+            if local is not None:
+                _, claimed, row = append_call(
+                    self.locked.execution_id, version, records, requests,
+                    fence=self.locked.fence, claim=claim, expected=expected,
+                )  # fmt: skip
+            else:
+                _, claimed = store.append_and_claim_children(
+                    self.locked.execution_id, version, records, requests,
+                    fence=self.locked.fence, stack=self._blocking_stack(events), claim=claim,
+                )  # fmt: skip
+        except BaseException:
+            if local is not None:
+                self.children.run_local(local, None)  # frees its slot
+            raise
+        if local is not None:
+            at = self.children.run_local(local, claimed[0] if claimed else None)
+            if at is not None:  # the next call's write expects the row as the response left it
+                self._expected = answered(row, events[1].join_set_id, at)
+        elif claimed:
             self.children.hand_over(claimed)
 
     def _blocking_stack(self, events: Sequence[Any]) -> store.BlockingStack | None:
@@ -123,6 +152,23 @@ class StoreWriter:
         return True
 
 
+def _one_call(events: Sequence[Any], requests: Sequence[store.CreateRequest]) -> bool:
+    """A ``ctx.call`` (or ``invoke``) awaiting in place: the write creates one child and
+    waits on its join set, holding the lock. Only then is running the child at once what
+    the workflow would wait for anyway (D124); a child submitted to a join set awaited
+    later is left to run beside the workflow."""
+    if len(requests) != 1 or len(events) != 3:
+        return False
+    request, join_next = events[1], events[2]
+    return (
+        isinstance(request, JoinSetRequest)
+        and isinstance(request.request, ChildExecutionRequest)
+        and isinstance(join_next, JoinNext)
+        and join_next.join_set_id == request.join_set_id
+        and not _hands_on(join_next)
+    )
+
+
 def _hands_on(event: Any) -> bool:
     """A join-next that ends the run's hold on the row (``run_expires_at`` now: Interrupt
     with no response in hand), where one whose response the run holds keeps it."""
@@ -158,13 +204,16 @@ class StoreWaiter:
 
     holds_lock = holding = True  # waits with the lock, and holds it all along
 
-    def __init__(self, execution_id: str, lease: StoreLease):
+    def __init__(self, execution_id: str, lease: StoreLease, *, first_run: bool = False):
         self.execution_id = execution_id
         self.lease = lease
         self._listener = notify.Listener([notify.RESPONSE, notify.CANCEL])
         self._check_cancel = True
         self._check_responses = True
-        self._must_read = True  # nothing known yet: the first wait reads the table
+        # Nothing known yet: the first wait reads the table. Not in a run that starts the
+        # workflow (claimed after ``Created`` alone): only this run's own writes create what
+        # answers it, after this listener was subscribed (D125).
+        self._must_read = not first_run
         self._delivered: dict[int, store.Response] = {}  # by seq, from this process's commits (D67)
 
     def close(self) -> None:
@@ -185,6 +234,8 @@ class StoreWaiter:
             if self._check_responses or not notify.is_postgres():
                 self._heed(self._listener.wait(0))  # announced before the read: it sees them
                 self._check_responses = False
+                if self._cancelling():  # a cancellation comes first: its local child's response may be in (D124)
+                    return []
                 responses = self._in_hand(after_seq) or self._read(after_seq)
                 if responses:
                     return responses

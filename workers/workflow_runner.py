@@ -9,7 +9,7 @@ or a lost lock ends the run without one (the next run replays). The run executes
 thread of the worker process (``workers.workflow_pool``), so one process keeps many
 awaiting workflows without starving activities.
 
-why: D34, D37, D60, D72, D73, D77, D80, D98
+why: D34, D37, D60, D72, D73, D77, D80, D98, D124
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ def _run(
 ) -> None:
     locked = store.with_history(locked)  # claimed for a parked run that gave up meanwhile
     lease = StoreLease(locked, spec)
-    writer = StoreWriter(locked, deployment_id, children)
+    # An Await run may run a ``ctx.call``'s child in this thread (D124); an Interrupt run
+    # ends at the call's join-next, and its children are dispatched as before (D65, D82).
+    writer = StoreWriter(locked, deployment_id, children, local=spec.blocking == "await")
     waiter: StoreWaiter | ParkedWait | None = None
     if spec.blocking == "await":
-        waiter = StoreWaiter(locked.execution_id, lease)
+        waiter = StoreWaiter(locked.execution_id, lease, first_run=locked.next_version == 2 and not locked.history)
     elif pool is not None:
         waiter = ParkedWait(pool, writer, lease)
     history = EventHistory(

@@ -190,7 +190,14 @@ def rows_for_update(execution_ids, *, then=()) -> dict[str, ExecutionState]:
 
 
 def row_for_update(execution_id: str) -> ExecutionState:
-    row = rows_for_update([execution_id]).get(execution_id)
+    """Lock and load one row. On PostgreSQL the transaction's ``BEGIN``, which psycopg
+    sends before its first statement, goes in one round trip with the lock, as a pipeline
+    (D125): every write transaction of one execution starts so."""
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        with connection.connection.pipeline():
+            row = rows_for_update([execution_id]).get(execution_id)
+    else:
+        row = rows_for_update([execution_id]).get(execution_id)
     if row is None:
         raise errors.NotFound(f"execution `{execution_id}` not found")
     return row

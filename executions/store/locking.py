@@ -251,8 +251,11 @@ def _locked_executions(
             ExecutionEvent.objects.filter(execution_id__in=ids, version=0).values_list("execution_id", "json_value")
         )
     workflows = [c[0] for c in candidates if c[5] == "workflow" and known.get(c[0]) != c[2]]
-    histories = _histories(workflows) if workflows else {}
-    responses = responses_of(workflows) if workflows else {}
+    # One claimed at version 0 has only its ``Created`` event: no history yet, and no
+    # response, since only its own run creates what could answer it (D125).
+    started = [execution_id for execution_id, _, version, *_ in candidates if execution_id in workflows and version]
+    histories = _histories(started) if started else {}
+    responses = responses_of(started) if started else {}
     out = []
     for execution_id, ffqn, version, generation, intermittent, component_type in candidates:
         body = created[execution_id][Created.VARIANT]

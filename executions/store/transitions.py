@@ -562,6 +562,29 @@ def append_events_in_tx(
     ``statements``; writes to other tables follow. A join-next takes the response after
     those consumed before it: the ones in the log, plus the earlier consuming events of
     this batch, counted here. Returns the next version."""
+    version, pending, fields, after = apply_events(row, version, events, now, fence, notes)
+    statements.insert(ExecutionEvent, pending, EVENT_FIELDS)
+    statements.update(ExecutionState, [row.pk], {name: getattr(row, name) for name in sorted(fields)})
+    if after:
+        statements.run()
+        for action in after:
+            action()
+    return version
+
+
+def apply_events(
+    row: ExecutionState,
+    version: int | None,
+    events: list[Event],
+    now: datetime,
+    fence: Fence | None,
+    notes: notify.Notes,
+) -> tuple[int, list[ExecutionEvent], set[str], list]:
+    """``append_events_in_tx``'s rules without its writes: apply ``events`` to ``row`` in
+    order; the next version, the log rows, the fields changed, and the actions that follow
+    (a child's response). A join-next of a join set created before this write reads its
+    unconsumed responses (one query per join set, ``_Unconsumed``); of one this write
+    creates, none."""
     pending: list[ExecutionEvent] = []
     fields: set[str] = set()
     after: list = []
@@ -574,10 +597,4 @@ def append_events_in_tx(
         fields |= applied.fields
         after.extend(applied.after)
         version = applied.next_version
-    statements.insert(ExecutionEvent, pending, EVENT_FIELDS)
-    statements.update(ExecutionState, [row.pk], {name: getattr(row, name) for name in sorted(fields)})
-    if after:
-        statements.run()
-        for action in after:
-            action()
-    return version
+    return version, pending, fields, after
