@@ -16,6 +16,7 @@ import json
 
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja.errors import ValidationError
 from ninja.parser import Parser
 
 from executions import conf, errors
@@ -53,13 +54,19 @@ class StrictJsonParser(Parser):
     def parse_body(self, request: HttpRequest):
         return parse_json(request.body)
 
-    def parse_querydict(self, data, list_fields, request: HttpRequest):
-        """A parameter that takes one value, given twice (``?created_after=a&created_after=b``),
-        is refused: Django's ``QueryDict`` would silently keep the last (schemathesis found it)."""
-        for key in data.keys():
-            if key not in list_fields and len(data.getlist(key)) > 1:
-                raise errors.ValidationFailed(f"query parameter `{errors.excerpt(key, 80)}` is given more than once")
-        return super().parse_querydict(data, list_fields, request)
+
+def refuse_repeated(request: HttpRequest, *names: str) -> None:
+    """A query parameter that takes one value, given twice (``?created_after=a&created_after=b``),
+    is a 422 as any other invalid parameter: Django's ``QueryDict`` would silently keep the
+    last one (schemathesis found it)."""
+    repeated = [name for name in names if len(request.GET.getlist(name)) > 1]
+    if repeated:
+        raise ValidationError(
+            [
+                {"loc": ("query", name), "msg": "given more than once; it takes one value", "type": "repeated"}
+                for name in repeated
+            ]
+        )
 
 
 # Methods whose body a route reads; a GET's body is never read, so never refused either.

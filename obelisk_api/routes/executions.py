@@ -11,7 +11,7 @@ from ninja import Query, Router
 from executions import client, errors, store
 from executions.ids import ExecutionId
 from executions.store import export as store_export
-from obelisk_api import rendering, waiting
+from obelisk_api import parsing, rendering, waiting
 from obelisk_api.schemas import (
     LIST_ERRORS,
     MAX_BIGINT,
@@ -31,6 +31,16 @@ from obelisk_api.schemas import (
 
 router = Router(tags=["executions"])
 MAX_WAIT_SECONDS = 60.0
+SINGLE_VALUED_FILTERS = (
+    "function",
+    "top_level_only",
+    "parent",
+    "created_after",
+    "created_before",
+    "older_than",
+    "newer_than",
+    "limit",
+)
 
 
 @router.get("/executions", response={200: ExecutionPage, LIST_ERRORS: ErrorOut})
@@ -49,6 +59,7 @@ def list_executions(
 ):
     """Executions newest first, in pages whose cursors are keys `(created_at, id)`: an
     execution created while a client pages neither shifts nor repeats the older pages."""
+    parsing.refuse_repeated(request, *SINGLE_VALUED_FILTERS)
     if not parent and "parent" in request.GET:  # `?parent=` names no execution: not "any parent"
         raise errors.InvalidId("parent: an empty text is not an execution id")
     filters = store.ExecutionFilter(
