@@ -30,17 +30,13 @@ from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
 from executions.state_machine import Lifecycle
-from workers import determinism, doorbell, heartbeat, lingering, shutdown, telemetry
+from workers import doorbell, heartbeat, lingering, shutdown, telemetry
 from workers.activity_runner import (
-    ActivityInterrupt,
-    ActivityLockLost,
-    LocalWatchdog,
     Watchdog,
-    WatchedRun,
-    interrupt_outcome,
     renew_before_start,
     run_activity,
 )
+from workers.local_children import LocalChildren
 from workers.registry import Function
 from workers.workflow_pool import WorkflowPool
 
@@ -114,12 +110,7 @@ class Executor:
         self._running = False  # a batch is under way: it is offered no children (D65)
         self._told_while_running = False  # activities were announced during the last batch
         self._in_task = threading.Lock()  # held while a claim task runs (a dead parent waits for it, D96)
-        # Local children (D124): a slot (its watchdog) per child running in a workflow's
-        # thread, as many as the pool has threads; by the run id of the claim holding one.
-        self._local_slots = [LocalWatchdog() for _ in range(self.workflows.size)]
-        self._local_held: dict[str, LocalWatchdog] = {}
-        self._local_lock = threading.Lock()
-        self._local_at = float("-inf")  # when a local child last ran
+        self.local = LocalChildren(self.workflows.size)  # a slot per workflow thread (D124)
 
     def claim_and_run(self, *, budget: float = 2.0, linger: float = 0.2) -> int:
         """Claim and run batches for up to ``budget`` seconds (``_claim_and_run``)."""
@@ -184,7 +175,7 @@ class Executor:
                     continue
                 with lingering.lingering():
                     due = self._wait_for_work(idle_until)
-                if due is None and time.monotonic() - self._local_at < linger:
+                if due is None and time.monotonic() - self.local.last_ran < linger:
                     # Local children ran meanwhile (D124): they announce nothing, and the
                     # workflows calling them run theirs only while this task claims.
                     idle_until, due = time.monotonic() + linger, _Due(activities=False, workflows=False)
@@ -299,12 +290,7 @@ class Executor:
         terms = self.terms.get(ffqn)
         if terms is None or not self._accepting or shutdown.stopping():
             return None
-        with self._local_lock:
-            if not self._local_slots:
-                return None
-            claim = store.ChildClaim({ffqn: terms}, 1, self.executor_id, new_run_id(), self.deployment_id)
-            self._local_held[claim.run_id] = self._local_slots.pop()
-        return claim
+        return self.local.claim(terms, ffqn, self.executor_id, self.deployment_id)
 
     def run_local(self, claim: store.ChildClaim, locked: store.LockedExecution | None) -> datetime | None:
         """Run the child a write created ``locked`` under ``claim`` in this thread, and write
@@ -314,16 +300,14 @@ class Executor:
         written (the parent's next write expects the row so, D126), None otherwise. Never
         raises: a result not written leaves the child's lock to expire, and it is run again
         (at least once per attempt)."""
-        with self._local_lock:
-            watchdog = self._local_held.pop(claim.run_id)
+        watchdog = self.local.slot_of(claim)
         try:
             if locked is None:
                 return None
-            self._local_at = time.monotonic()
-            if telemetry.ENABLED:  # the attempt's span, as for a run of a batch
-                item = telemetry.run_attempt(lambda child: self._run_local(child, watchdog), locked)
-            else:
-                item = self._run_local(locked, watchdog)
+            spec = self.functions[locked.ffqn]
+            self.stats.claimed += 1
+            run = lambda child: self.local.run(child, spec, watchdog, self._flush_and_hand_back)  # noqa: E731
+            item = telemetry.run_attempt(run, locked) if telemetry.ENABLED else run(locked)
             if item is None:
                 self.stats.lost += 1
                 return None
@@ -334,33 +318,7 @@ class Executor:
             logger.exception("local child %s: its result was not written; its lock expires", locked.execution_id)
             return None
         finally:
-            with self._local_lock:
-                self._local_slots.append(watchdog)
-
-    def _run_local(self, locked: store.LockedExecution, watchdog: LocalWatchdog) -> store.AppendItem | None:
-        """``_run_one`` for a local child: its own watchdog, nothing to flush or hand back,
-        and outside the workflow's determinism guard (the activity is not workflow code)."""
-        spec = self.functions[locked.ffqn]
-        lifecycle = renew_before_start(locked, spec)
-        if lifecycle is None:
-            return None
-        if lifecycle == Lifecycle.CANCELLING:
-            failure = ExecutionFailure("cancelled", "cancellation requested before it started")
-            return store.AppendItem(locked.execution_id, None, Finished(retval=failure), locked.fence)
-        watchdog.on_hard_stop = self._flush_and_hand_back
-        watchdog.start()
-        self.stats.claimed += 1
-        try:
-            try:
-                with determinism.unguarded():  # an activity, not workflow code (D124)
-                    return run_activity(locked, spec, watchdog)
-            finally:
-                watchdog.release()
-        except ActivityLockLost:  # landed as the run returned, after its own handling
-            return None
-        except ActivityInterrupt as late:
-            event = interrupt_outcome(WatchedRun(locked, spec), type(late))
-            return store.AppendItem(locked.execution_id, None, event, locked.fence)
+            self.local.give_back(watchdog)
 
     def _begin_batch(self, claimed: list[store.LockedExecution]) -> list[store.LockedExecution]:
         """The batch to run: the children handed over so far, first, then ``claimed``. From

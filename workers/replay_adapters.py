@@ -33,7 +33,7 @@ from executions.events import ChildExecutionRequest, HistoryEventRecord, JoinNex
 from executions.ids import ExecutionId
 from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS
-from executions.store.append import answered, append_call
+from executions.store.local_call import answered, append_call
 from workers import shutdown
 from workers.registry import Function, lookup
 from workers.replay import EventHistory, ImportedFunctionCallError, NewExecution, WriteFailed

@@ -140,16 +140,25 @@ def _finish(writer: StoreWriter, history: EventHistory, outcome: Event | None, *
         return
     locked = writer.locked
     try:
-        store.append(locked.execution_id, None, outcome, fence=locked.fence)
+        _append_outcome(locked, outcome)
     except errors.LockLost as lost:  # another run holds it now (a stop, an expired lock)
         logger.info("%s: this run was superseded (%s)", locked.execution_id, lost)
         return
     except errors.ValidationFailed as refused:  # an unstorable result fails this execution only
         failure = ExecutionFailure("uncategorized", f"result rejected: {refused}")
         outcome = Finished(retval=failure)
-        store.append(locked.execution_id, None, outcome, fence=locked.fence)
+        _append_outcome(locked, outcome)
     if telemetry.ENABLED and isinstance(outcome, Finished):
         telemetry.workflow_finished(locked, outcome)
+
+
+def _append_outcome(locked: store.LockedExecution, outcome: Event) -> None:
+    """Append the run's outcome with its fence. A ``Finished`` is a run's result, as an
+    activity's: on PostgreSQL one statement with its notification (and a child's response
+    to its parent), where a transaction took four round trips (D70, D81, D127)."""
+    [result] = store.append_many([store.AppendItem(locked.execution_id, None, outcome, locked.fence)])
+    if isinstance(result, errors.StoreError):
+        raise result
 
 
 def _call(spec: Function, ctx: WorkflowContext, locked: store.LockedExecution) -> Event | None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from django.db import DatabaseError, IntegrityError, connection
+from django.db import IntegrityError, connection
 
 from executions import errors, notify
 from executions.events import (
@@ -33,13 +32,11 @@ from executions.store.claim import lock_ctes, lock_document, new_lock
 from executions.store.common import (
     EVENT_FIELDS,
     PENDING_CLEARS,
-    STATE_FIELDS,
     add_backtrace,
     canonical_id,
     check_payload,
     row_for_update,
     rows_for_update,
-    to_pending,
     utc_now,
     write_transaction,
 )
@@ -60,7 +57,6 @@ from executions.store.transitions import (
     Applied,
     append_events_in_tx,
     apply_event,
-    apply_events,
     bounded_failure,
     finish_fields,
 )
@@ -128,52 +124,13 @@ def append_and_claim_children(
     are created locked for the claimer, in the same transaction: the next version, and
     the children locked (D65). A child so locked is exactly what ``lock_pending`` would
     have made of it; it is never announced as pending."""
-    version, claimed, _ = _append_and_claim(execution_id, version, events, children, fence, now, stack, claim)
+    version, claimed, _ = append_and_claim_in_transaction(
+        execution_id, version, events, children, fence, now, stack, claim
+    )
     return version, claimed
 
 
-def append_call(
-    execution_id: str,
-    version: int,
-    events: list[Event],
-    children: list[CreateRequest],
-    *,
-    fence: Fence,
-    claim: ChildClaim | None,
-    expected: ExecutionState | None = None,
-    now: datetime | None = None,
-) -> tuple[int, list[LockedExecution], ExecutionState]:
-    """``append_and_claim_children`` for a workflow run's write that creates a local child
-    (D124), with the row as written: the next version, the children locked, the row.
-    ``expected``: the row as the caller expects to find it (as its last write left it,
-    with what its local child's response did to it, ``answered``); on PostgreSQL, outside
-    any ``atomic`` block, the write is then one statement that finds the row exactly so
-    under its lock (D126). A row found otherwise, or anything the statement cannot write,
-    and the write is the transaction, which says why."""
-    if expected is not None and Statements().can_run_in_own_transaction():
-        written = _append_in_one_message(execution_id, version, events, children, fence, claim, expected, now)
-        if written is not None:
-            return written
-    return _append_and_claim(execution_id, version, events, children, fence, now, None, claim)
-
-
-def answered(row: ExecutionState, join_set_id: str, at: datetime) -> ExecutionState:
-    """``row`` as the one-statement write of a child's result made at ``at`` (D81's
-    ``answered``) leaves it: a row blocked on that join set, and not being cancelled, goes
-    pending no earlier than it was due. A prediction only, for ``append_call``'s
-    ``expected``, which the statement checks."""
-    row = copy.copy(row)
-    if (
-        row.state == State.BLOCKED_BY_JOIN_SET
-        and row.lifecycle != Lifecycle.CANCELLING
-        and row.join_set_id == join_set_id
-    ):
-        to_pending(row, max(row.pending_expires_finished, at))
-        row.updated_at = at
-    return row
-
-
-def _prepared_children(execution_id: str, children: list[CreateRequest], now: datetime) -> list[tuple]:
+def prepared_children(execution_id: str, children: list[CreateRequest], now: datetime) -> list[tuple]:
     """Each child's id, ``Created`` event and whether it starts paused; ``ValidationFailed``
     for one that is neither a child of ``execution_id`` nor scheduled by it."""
     prepared = []
@@ -188,7 +145,7 @@ def _prepared_children(execution_id: str, children: list[CreateRequest], now: da
     return prepared
 
 
-def _append_and_claim(
+def append_and_claim_in_transaction(
     execution_id: str,
     version: int | None,
     events: list[Event],
@@ -198,11 +155,14 @@ def _append_and_claim(
     stack: BlockingStack | None,
     claim: ChildClaim | None,
 ) -> tuple[int, list[LockedExecution], ExecutionState]:
+    """``append_and_claim_children``'s transaction: the row locked (with the transaction's
+    ``BEGIN``, D125), the events applied and the children created; also the row as written
+    (``executions.store.local_call`` predicts the next write's row from it)."""
     if not events:
         raise errors.ValidationFailed("batch cannot be empty")
     now = utc_now(now)
     execution_id = canonical_id(execution_id)
-    prepared = _prepared_children(execution_id, children, now)
+    prepared = prepared_children(execution_id, children, now)
     with write_transaction():
         row = row_for_update(execution_id)
         first_version = row.corresponding_version + 1
@@ -223,83 +183,6 @@ def _append_and_claim(
         notes.publish(statements)
         statements.run()
     return version, claimed, row
-
-
-def _append_in_one_message(
-    execution_id: str,
-    version: int,
-    events: list[Event],
-    children: list[CreateRequest],
-    fence: Fence,
-    claim: ChildClaim | None,
-    expected: ExecutionState,
-    now: datetime | None,
-) -> tuple[int, list[LockedExecution], ExecutionState] | None:
-    """``_append_and_claim`` as one statement, sent as its own transaction (D126): the
-    rules are applied in Python to the row ``expected`` (as the transaction applies them to
-    the row it locked), and the statement locks the row, checks that every column is as
-    expected (otherwise it fails: division by zero, and nothing of it is kept), and writes
-    the events, the row's new columns and the children, as data-modifying CTEs around the
-    writes the transaction would make. None: not written (a write that would notify, a
-    paused child, a refusal, the row found otherwise, any error); the transaction follows."""
-    now = utc_now(now)
-    execution_id = canonical_id(execution_id)
-    try:
-        prepared = _prepared_children(execution_id, children, now)
-        if any(paused for _, _, paused in prepared) or expected.execution_id != execution_id:
-            return None
-        row, notes, statements = copy.copy(expected), notify.Notes(), Statements()
-        version, event_rows, fields, after = apply_events(row, version, events, now, fence, notes)
-        claimed = create_unpaused_in_tx(
-            [(child_id, created) for child_id, created, _ in prepared], now, notes, statements, claim
-        )
-    except errors.StoreError:
-        return None
-    if after or notes.messages():
-        return None
-    statements.insert(ExecutionEvent, event_rows, EVENT_FIELDS)
-    writes = statements.take()
-    names = tuple(sorted(fields))
-    sql = _call_sql(tuple(sql for sql, _ in writes), names)
-    params = [
-        compact_json([recordset_values(ExecutionState, STATE_FIELDS, {n: getattr(expected, n) for n in STATE_FIELDS})]),
-        execution_id,
-        compact_json([recordset_values(ExecutionState, names, {n: getattr(row, n) for n in names})]),
-    ]
-    for _, write_params in writes:
-        params += write_params
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-    except DatabaseError:  # the row moved on (division by zero), or a write refused: the transaction says why
-        return None
-    return version, claimed, row
-
-
-@functools.cache
-def _call_sql(writes: tuple[str, ...], names: tuple[str, ...]) -> str:
-    """D126's statement: the row locked only if every column is as expected (``g``), its
-    new columns set (``u``), the other writes as CTEs, and a division by zero when the row
-    was not found so, which undoes them all."""
-    columns = [ExecutionState._meta.get_field(name).column for name in STATE_FIELDS]
-    same = " AND ".join(f"s.{column} IS NOT DISTINCT FROM e.{column}" for column in columns)
-    ctes = ",\n".join(f"w{n} AS ({sql})" for n, sql in enumerate(writes))
-    return f"""
-WITH g AS (
-    SELECT s.execution_id FROM t_state s,
-        json_to_recordset(%s) AS e({recordset_columns(ExecutionState, STATE_FIELDS)})
-    WHERE s.execution_id = %s AND {same}
-    FOR UPDATE OF s
-),
-u AS (
-    UPDATE t_state s SET {assignments_from(ExecutionState, names, "v")}
-    FROM json_to_recordset(%s) AS v({recordset_columns(ExecutionState, names)})
-    WHERE s.execution_id IN (SELECT execution_id FROM g)
-    RETURNING 1
-),
-{ctes}
-SELECT 1 / (SELECT count(*)::int FROM u)
-"""
 
 
 def append_many(
@@ -603,7 +486,9 @@ resumable AS (
 
 
 def _finish_ctes(names: tuple[str, ...]) -> str:
-    """Lock the batch's rows by id, keep those still held by the run (``c``), finish them
+    """Lock the batch's rows by id, keep those still held by the run (``c``: its fence is
+    the row's, as ``check_fence`` wants; an Await workflow's row may be pending or blocked
+    under it, D127), finish them
     and log their ``Finished`` events: the part D70 and D81 share. Each row is locked by
     its key, in id order, in a ``LATERAL`` subquery: a plan made while the table was small
     still uses the primary key, where ``= ANY(ids)`` read the whole table (D87)."""
@@ -618,7 +503,7 @@ def _finish_ctes(names: tuple[str, ...]) -> str:
 ),
 c AS (
     SELECT s.execution_id, s.corresponding_version FROM by_id s JOIN v ON v.execution_id = s.execution_id
-    WHERE s.state = '{State.LOCKED.value}' AND s.run_id = v.fence_run_id AND s.lock_generation = v.fence_generation
+    WHERE s.state <> '{State.FINISHED.value}' AND s.run_id = v.fence_run_id AND s.lock_generation = v.fence_generation
 ),
 finishing AS (
     UPDATE t_state s SET corresponding_version = c.corresponding_version + 1,

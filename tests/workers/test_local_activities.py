@@ -308,7 +308,7 @@ def test_a_served_call_runs_locally_and_answers_its_parent_in_the_same_write(tmp
     assert variants(child) == ["created", "locked", "finished"]
     assert store.get_finished_results([child])[child] == Ok(value=lc.step_value(4))
     assert [r.child_execution_id for r in store.responses_after(parent, 0)] == [child]
-    assert runner.handed == [] and len(executor._local_slots) == executor.workflows.size
+    assert runner.handed == [] and executor.local.free_slots() == executor.workflows.size
 
 
 def test_a_call_that_must_run_elsewhere_takes_the_usual_path():
@@ -326,7 +326,7 @@ def test_a_call_that_must_run_elsewhere_takes_the_usual_path():
     assert [c.execution_id for c in runner.handed] == [child]  # eager dispatch, given back by the test runner
     for claim in held:
         executor.run_local(claim, None)
-    assert len(executor._local_slots) == executor.workflows.size
+    assert executor.local.free_slots() == executor.workflows.size
 
     assert executor.local_claim("test:local/wf.steps") is None
 
@@ -411,10 +411,12 @@ def _comparable_row(execution_id: str) -> dict:
 
 
 def test_a_local_calls_next_write_is_one_statement_that_writes_what_the_transaction_writes(tmp_path):
-    """From a run's second local call on, the parent's write (its three events, its row,
-    the child created locked) is one statement, and it leaves the parent and the child as
-    the transaction leaves them (compared with a run whose writes all take it)."""
-    from django.db import connection
+    """A local call's parent write (its three events, its row, the child created locked)
+    is one statement: from a run's second call on, checked against the row its last write
+    left (D126); the first, against the row read just before, unlocked (D127). It leaves
+    the parent and the child as the transaction leaves them (compared with a run whose
+    writes all take it, inside ``atomic``)."""
+    from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
     if connection.vendor != "postgresql":
@@ -424,21 +426,25 @@ def test_a_local_calls_next_write_is_one_statement_that_writes_what_the_transact
     one, many = create_workflow(), create_workflow()
     fast = StoreWriter(lock(one), DEPLOYMENT, _Runner(executor), local=True)
     slow = StoreWriter(lock(many), DEPLOYMENT, _Runner(executor), local=True)
-    _calls(fast, one, 1, marker)
-    _calls(slow, many, 1, marker)
+    with CaptureQueriesContext(connection) as first_call:
+        _calls(fast, one, 1, marker)
+    with transaction.atomic():
+        _calls(slow, many, 1, marker)
     assert fast._expected is not None
     with CaptureQueriesContext(connection) as queries:
         (child,) = _calls(fast, one, 1, marker, start=2)
-    writes = [q["sql"] for q in queries.captured_queries if "t_execution_log" in q["sql"] and "INSERT" in q["sql"]]
-    assert writes[0].lstrip().startswith("WITH g AS"), writes  # the parent's write: one statement
-    locks = [
-        q["sql"]
-        for q in queries.captured_queries
-        if q["sql"].lstrip().startswith("SELECT") and "FOR UPDATE" in q["sql"]
-    ]
-    assert locks == [], locks  # no transaction locking the row first
-    slow._expected = None  # the transaction
-    (other,) = _calls(slow, many, 1, marker, start=2)
+    reads = []
+    for captured in (first_call, queries):
+        statements = [q["sql"].lstrip() for q in captured.captured_queries]
+        writes = [sql for sql in statements if "t_execution_log" in sql and "INSERT" in sql]
+        assert writes[0].startswith("WITH g AS"), writes  # the parent's write: one statement
+        assert [sql for sql in statements if sql.startswith("SELECT") and "FOR UPDATE" in sql] == []
+        before = statements[: statements.index(writes[0])]
+        reads.append(len([sql for sql in before if sql.startswith("SELECT") and "FROM t_state WHERE" in sql]))
+    assert reads[0] == reads[1] + 1, reads  # the first call reads the row (beside _calls' own read)
+    slow._expected = None
+    with transaction.atomic():  # the transaction
+        (other,) = _calls(slow, many, 1, marker, start=2)
     assert _comparable_log(one) == _comparable_log(many)
     assert _comparable_row(one) == _comparable_row(many)
     assert _comparable_log(child) == _comparable_log(other)

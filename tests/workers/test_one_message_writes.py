@@ -367,18 +367,64 @@ def test_a_group_commit_of_top_level_results_in_one_message_writes_what_the_tran
 
 
 def test_the_one_message_group_commit_finishes_only_rows_the_state_table_lets_finish():
-    """D70: the statement finishes only ``locked`` rows (of any lifecycle a locked row can
-    have), and for those the state machine's table says ``finished`` → finished; every other
-    row goes through the transaction, which asks the table."""
+    """D70, D127: the statement finishes only rows not yet finished whose lock is the
+    run's (its fence, as ``check_fence`` wants: an Await workflow's row may be pending or
+    blocked under it), and for every such state and lifecycle the state machine's table
+    says ``finished`` → finished; a finished row goes through the transaction, which asks
+    the table (and refuses)."""
     from executions.state_machine import Effect, Lifecycle, State, decide
     from executions.store.append import _finish_sql
     from executions.store.transitions import finish_fields
 
-    assert f"s.state = '{State.LOCKED.value}'" in _finish_sql(
-        tuple(finish_fields(Finished(retval=Ok(1)), timezone_now()))
-    )
-    for lifecycle in (Lifecycle.ACTIVE, Lifecycle.CANCELLING):
-        assert decide(Finished.VARIANT, State.LOCKED, lifecycle) is Effect.FINISH
+    sql = _finish_sql(tuple(finish_fields(Finished(retval=Ok(1)), timezone_now())))
+    assert f"s.state <> '{State.FINISHED.value}' AND s.run_id = v.fence_run_id" in sql
+    for state in set(State) - {State.FINISHED}:
+        for lifecycle in Lifecycle:
+            assert decide(Finished.VARIANT, state, lifecycle) is Effect.FINISH, (state, lifecycle)
+
+
+@pytest.mark.postgres_only
+def test_an_await_workflow_answered_under_its_lock_finishes_in_one_statement_as_the_transaction_would():
+    """D127: a workflow run that waits holding its lock (Await) sees its row go pending
+    when its child's result answers it; its ``Finished``, with the run's fence, is still
+    one statement, and makes the row, the event and the notification the transaction
+    makes of a twin (inside ``atomic``)."""
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.state_machine import State
+    from tests.support.helpers import block_on_child, create_workflow
+
+    at = timezone_now()
+    twins, fences = [create_workflow(now=at), create_workflow(now=at)], {}
+    for workflow in twins:
+        locked = lock(workflow, now=at)
+        _, child, _ = block_on_child(workflow, locked, now=at)
+        assert store.append_many(
+            [store.AppendItem(child, None, Finished(retval=Ok(1)), lock(child, now=at).fence)], now=at
+        ) == [2]
+        assert store.get_state(workflow).state == State.PENDING_AT.value  # answered, its run still holds it
+        fences[workflow] = locked.fence
+    first, second = twins
+    finished_at = timezone_now()
+
+    with notify.Listener([notify.FINISHED]) as listener:
+        with CaptureQueriesContext(connection) as finishing:
+            in_one_message = store.append_many(
+                [store.AppendItem(first, None, Finished(retval=Ok("done")), fences[first])], now=finished_at
+            )
+        assert len(finishing.captured_queries) == 1
+        with transaction.atomic():
+            in_a_transaction = store.append_many(
+                [store.AppendItem(second, None, Finished(retval=Ok("done")), fences[second])], now=finished_at
+            )
+        heard = _finished_items(listener, {first, second})
+
+    assert in_one_message == in_a_transaction
+    assert row_of(first) == row_of(second)
+    assert log_of(first)[-1] == log_of(second)[-1]
+    assert heard[first] == heard[second]
+    assert store.get_finished_result(first) == Ok("done")
 
 
 def test_a_result_whose_lock_moved_on_is_refused_while_the_rest_of_its_group_commit_is_written():
