@@ -70,26 +70,28 @@ server.serve_forever()
 
 
 class Server:
-    """Django's development server on the bench database, stopped whatever happens."""
+    """Django's development server on the bench database, stopped whatever happens;
+    ``env``: more of its environment (bench/webhooks.py adds its component module)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, env: dict[str, str] | None = None):
         import requests
 
         self.port = free_port()
-        env = {**child_env(url), "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "PYTHONPATH": str(ROOT)}
-        env.setdefault("DJANGO_SETTINGS_MODULE", "obelisk_site.settings")
+        env = {**child_env(url), "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "PYTHONPATH": str(ROOT), **(env or {})}
+        env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "obelisk_site.settings"))
         self.process = subprocess.Popen(
             [sys.executable, "-c", SERVE, str(self.port)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=stop_with_the_benchmark,
         )  # fmt: skip
-        self.base = f"http://127.0.0.1:{self.port}/api/v1"
+        self.origin = f"http://127.0.0.1:{self.port}"
+        self.base = f"{self.origin}/api/v1"
         deadline = time.monotonic() + 60
         while True:
             try:
-                if requests.get(f"{self.base}/health", timeout=1).status_code == 200:
+                if requests.get(f"{self.base}/health", timeout=5).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or busy importing the URLs
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()

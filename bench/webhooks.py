@@ -56,56 +56,14 @@ def submit_keyed(request):
 DATABASE = "obelisk_bench_webhooks"
 
 
-class Server:
+def start_server(url: str):
     """bench/api_http.py's server, importing this module as a component module too."""
+    from bench.api_http import Server
 
-    def __init__(self, url: str):
-        import os
-        import subprocess
-        import time
-
-        import requests
-
-        from bench.api_http import SERVE, free_port
-        from bench.run import ROOT, child_env, stop_with_the_benchmark
-
-        self.port = free_port()
-        env = {
-            **child_env(url),
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "OBELISK_COMPONENT_MODULES": "bench.components,bench.webhooks",
-        }
-        env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "obelisk_site.settings"))
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(self.port)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=stop_with_the_benchmark,
-        )  # fmt: skip
-        self.base = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{self.base}/api/v1/health", timeout=5).status_code == 200:
-                    return
-            except requests.RequestException:  # not listening yet, or busy importing the URLs
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit("the HTTP server did not come up")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        import subprocess
-
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    return Server(url, {"OBELISK_COMPONENT_MODULES": "bench.components,bench.webhooks"})
 
 
-def calls(server: Server, token: str) -> dict:
+def calls(server, token: str) -> dict:
     """One function per measure, each making one request and checking its status."""
     import itertools
 
@@ -117,14 +75,14 @@ def calls(server: Server, token: str) -> dict:
 
     def post(path: str, status: int, headers=None, json=None):
         def call() -> None:
-            response = session.post(server.base + path, json=json, headers=headers, timeout=30)
+            response = session.post(server.origin + path, json=json, headers=headers, timeout=30)
             assert response.status_code == status, (path, response.status_code, response.text[:300])
 
         return call
 
     def keyed() -> None:
         response = session.post(
-            server.base + "/hooks/bench/submit-keyed", headers={"Idempotency-Key": f"k-{next(keys)}"}, timeout=30
+            server.origin + "/hooks/bench/submit-keyed", headers={"Idempotency-Key": f"k-{next(keys)}"}, timeout=30
         )
         assert response.status_code == 202, response.text[:300]
 
@@ -156,7 +114,7 @@ def main() -> None:
     with own_database(DATABASE) as url, running(url, 1) as clusters:
         warm_up(clusters)
         token = bench_token()
-        server = Server(url)
+        server = start_server(url)
         try:
             measures = calls(server, token)
             for call in measures.values():

@@ -96,6 +96,26 @@ def _aware(value: datetime | None, field_name: str) -> datetime | None:
 
 
 @dataclass(frozen=True)
+class ScheduleFields:
+    """What a schedule says, field by field, before any check: the fields a caller's
+    ``executions.schedules.ScheduleRequest`` and ``@schedule``'s
+    ``workers.scheduling.DeclaredSchedule`` share (``ScheduleRequest.definition`` checks
+    them)."""
+
+    schedule_id: str
+    ffqn: str
+    arguments: list | dict
+    cron: str = ""
+    interval_seconds: float | None = None
+    timezone: str = "UTC"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    jitter_seconds: float = 0
+    overlap: str = "skip"
+    catchup_window_seconds: float = 60
+
+
+@dataclass(frozen=True)
 class ScheduleSpec:
     """When ticks fall. Build with ``ScheduleSpec.parse``, which checks every field."""
 

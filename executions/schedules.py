@@ -30,6 +30,7 @@ from executions.ids import FunctionFqn
 from executions.models import Schedule
 from executions.schedule_spec import (
     Overlap,
+    ScheduleFields,
     ScheduleSpec,
     SpecError,
     check_schedule_id,
@@ -44,20 +45,9 @@ METADATA_SCHEDULED_AT = "obelisk.scheduled_at"
 
 
 @dataclass(frozen=True)
-class ScheduleRequest:
+class ScheduleRequest(ScheduleFields):
     """A schedule as a caller describes it; ``definition()`` checks every field."""
 
-    schedule_id: str
-    ffqn: str
-    arguments: list | dict
-    cron: str = ""
-    interval_seconds: float | None = None
-    timezone: str = "UTC"
-    start_at: datetime | None = None
-    end_at: datetime | None = None
-    jitter_seconds: float = 0
-    overlap: str = "skip"
-    catchup_window_seconds: float = 60
     source: str = "runtime"
 
     def definition(self) -> store.ScheduleDefinition:

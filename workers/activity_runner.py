@@ -466,6 +466,19 @@ def _failure_outcome(error: Exception) -> store.AttemptFailed:
     return store.AttemptFailed(reason, Finished(retval=ExecutionFailure("uncategorized", reason, detail)), detail)
 
 
+def before_start(locked: store.LockedExecution, spec: Function) -> tuple[bool, store.AppendItem | None]:
+    """Whether to start ``locked`` now (``renew_before_start``), and if not, the result to
+    write instead: a cancellation requested before it started, or nothing (its lock is
+    gone). For a batch's run and a local child's alike."""
+    lifecycle = renew_before_start(locked, spec)
+    if lifecycle is None:
+        return False, None
+    if lifecycle == Lifecycle.CANCELLING:
+        failure = ExecutionFailure("cancelled", "cancellation requested before it started")
+        return False, store.AppendItem(locked.execution_id, None, Finished(retval=failure), locked.fence)
+    return True, None
+
+
 def renew_before_start(locked: store.LockedExecution, spec: Function) -> str | None:
     """A claimed execution that waited in its batch: renew its lock before running it if
     less than half is left. Returns its lifecycle (``"cancelling"``: do not start it), or

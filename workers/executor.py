@@ -29,11 +29,10 @@ from executions import conf, errors, notify, store
 from executions.events import ExecutionFailure, Finished, Unlocked
 from executions.ids import new_executor_id, new_run_id
 from executions.outage import DATABASE_ERRORS, Outage
-from executions.state_machine import Lifecycle
 from workers import doorbell, heartbeat, lingering, shutdown, telemetry
 from workers.activity_runner import (
     Watchdog,
-    renew_before_start,
+    before_start,
     run_activity,
 )
 from workers.local_children import LocalChildren
@@ -421,12 +420,9 @@ class Executor:
 
     def _run_one(self, locked: store.LockedExecution) -> store.AppendItem | None:
         spec = self.functions[locked.ffqn]
-        lifecycle = renew_before_start(locked, spec)
-        if lifecycle is None:
-            return None
-        if lifecycle == Lifecycle.CANCELLING:
-            failure = ExecutionFailure("cancelled", "cancellation requested before it started")
-            return store.AppendItem(locked.execution_id, None, Finished(retval=failure), locked.fence)
+        start, instead = before_start(locked, spec)
+        if not start:
+            return instead
         started = time.monotonic()
         try:
             with self._unstarted_lock:

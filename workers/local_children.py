@@ -15,17 +15,15 @@ import time
 from collections.abc import Callable
 
 from executions import store
-from executions.events import ExecutionFailure, Finished
 from executions.ids import new_run_id
-from executions.state_machine import Lifecycle
 from workers import determinism
 from workers.activity_runner import (
     ActivityInterrupt,
     ActivityLockLost,
     LocalWatchdog,
     WatchedRun,
+    before_start,
     interrupt_outcome,
-    renew_before_start,
     run_activity,
 )
 from workers.registry import Function
@@ -70,12 +68,9 @@ class LocalChildren:
         when its lock was lost. As a batch's run, but nothing to flush or hand back, and
         outside the workflow's determinism guard (the activity is not workflow code)."""
         self.last_ran = time.monotonic()
-        lifecycle = renew_before_start(locked, spec)
-        if lifecycle is None:
-            return None
-        if lifecycle == Lifecycle.CANCELLING:
-            failure = ExecutionFailure("cancelled", "cancellation requested before it started")
-            return store.AppendItem(locked.execution_id, None, Finished(retval=failure), locked.fence)
+        start, instead = before_start(locked, spec)
+        if not start:
+            return instead
         watchdog.on_hard_stop = on_hard_stop
         watchdog.start()
         try:

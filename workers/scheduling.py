@@ -23,26 +23,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from executions.schedule_spec import ScheduleFields
 from workers.registry import Function, RegistrationError
 
 _DECLARED: dict[str, DeclaredSchedule] = {}
 
 
 @dataclass(frozen=True)
-class DeclaredSchedule:
+class DeclaredSchedule(ScheduleFields):
     """A schedule as ``@schedule`` declared it (validated when a worker applies it)."""
 
-    schedule_id: str
-    ffqn: str
-    arguments: list | dict
-    cron: str = ""
-    interval_seconds: float | None = None
-    timezone: str = "UTC"
-    start_at: datetime | None = None
-    end_at: datetime | None = None
-    jitter_seconds: float = 0
-    overlap: str = "skip"
-    catchup_window_seconds: float = 60
     where: str = field(default="", compare=False)
 
 
