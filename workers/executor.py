@@ -305,8 +305,11 @@ class Executor:
                 return None
             spec = self.functions[locked.ffqn]
             self.stats.claimed += 1
-            run = lambda child: self.local.run(child, spec, watchdog, self._flush_and_hand_back)  # noqa: E731
-            item = telemetry.run_attempt(run, locked) if telemetry.ENABLED else run(locked)
+
+            def run(child: store.LockedExecution) -> store.AppendItem | None:
+                return self.local.run(child, spec, watchdog, self._flush_and_hand_back)
+
+            item = telemetry.run_attempt(run, locked) if telemetry.ENABLED else run(locked)  # the attempt's span
             if item is None:
                 self.stats.lost += 1
                 return None
