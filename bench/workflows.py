@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Workflow benchmark on PostgreSQL, next to the same run's baselines, in one run.
 
-Usage: python bench/workflows.py [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+Usage: python bench/workflows.py [--database-url postgres://postgres@127.0.0.1:5432/postgres] [--runs 3]
 
 It creates (and drops) its own database ``obelisk_bench_workflows_<checkout>_<pid>`` on that server
 and measures, with no-op activities as children (``bench/workflow_components.py``):
@@ -28,7 +28,8 @@ Postgres-backed peer (``../shared/baselines/dbos`` next to this repository, or `
 DIR``): its ``workflows.py`` (run.sh's steps) for the sequential and parallel shapes, and
 ``bench/dbos_one_step.py`` (run with that baseline's virtualenv) for the one-step shape; a
 table of ratios closes the output (issue 40). Without the baseline, or when its virtualenv cannot be made, the DBOS
-columns stay empty and a note says why.
+columns stay empty and a note says why. ``--runs 3`` runs it all three times over, one after
+another, and closes with one ratio table whose cells are min / median / max.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -396,52 +399,142 @@ def dbos_baseline(admin_url: str, sizes: list[int], directory: Path, one_step_co
     return figures
 
 
-def ratio_table(sequential: dict, parallel: dict, steps: dict, drained: dict, dbos: dict | None) -> list[str]:
-    """shape | this engine | DBOS | ratio: engine / DBOS (ms per step and p50: lower is
-    better, target <= 0.5; children/s: higher is better, target >= 10, and >= 0.3 of the
-    engine's own drain)."""
+def ratio_rows(sequential: dict, parallel: dict, steps: dict, drained: dict, dbos: dict | None) -> list[dict]:
+    """One row per shape and strategy: this engine's figure, DBOS's, their ratio (engine /
+    DBOS: ms per step and p50, lower is better, target <= 0.5; children/s, higher is
+    better, target >= 10, and >= 0.3 of the engine's own drain)."""
     dbos = dbos or {"sequential": {}, "parallel": None, "one_step": None}
-    lines = []
+    rows = []
 
-    def line(shape: str, strategy: str, engine: str, peer: str, ratio: str, target: str) -> None:
-        lines.append(f"{shape:<40} | {strategy:<9} | {engine:>18} | {peer:>18} | {ratio:>22} | {target}")
+    def add(shape: str, strategy: str, engine: float, peer: float | None, unit: str, target: str, **more) -> None:
+        ratio = engine / peer if peer else None
+        rows.append(
+            dict(
+                shape=shape, strategy=strategy, engine=engine, peer=peer, ratio=ratio, unit=unit, target=target, **more
+            )
+        )
 
-    def fraction(value: float | None, base: float | None) -> str:
-        return f"{value / base:.2f}" if value is not None and base else "-"
-
-    line("shape", "strategy", "this engine", "DBOS", "ratio", "target")
-    lines.append("-" * len(lines[0]))
     for strategy, runs in sequential.items():
         for run in (r for r in runs if isinstance(r, Run)):
-            ms = run.seconds * 1000 / run.n
             peer = dbos["sequential"].get(run.n)
-            line(
-                f"sequential, N={run.n}", strategy, f"{ms:.2f} ms/step", f"{peer:.2f} ms/step" if peer else "-",
-                fraction(ms, peer), f"<= {DBOS_TARGET:g}",
-            )  # fmt: skip
+            add(f"sequential, N={run.n}", strategy, run.seconds * 1000 / run.n, peer, "ms/step", f"<= {DBOS_TARGET:g}")
     for strategy, result in steps.items():
         peer = dbos["one_step"]
-        line(
-            f"one step, submit -> result p50 (n={result['n']})", strategy, f"{result['p50']:.2f} ms",
-            f"{peer['p50']:.2f} ms" if peer else "-", fraction(result["p50"], peer and peer["p50"]),
-            f"<= {DBOS_TARGET:g}",
-        )  # fmt: skip
-        line(
-            "one step, submit -> result p99", strategy, f"{result['p99']:.2f} ms",
-            f"{peer['p99']:.2f} ms" if peer else "-", fraction(result["p99"], peer and peer["p99"]), "",
-        )  # fmt: skip
+        shape = f"one step, submit -> result p50 (n={result['n']})"
+        add(shape, strategy, result["p50"], peer and peer["p50"], "ms", f"<= {DBOS_TARGET:g}")
+        add("one step, submit -> result p99", strategy, result["p99"], peer and peer["p99"], "ms", "")
     for strategy, runs in parallel.items():
         done = sorted((r for r in runs if isinstance(r, Run)), key=lambda r: r.n / r.seconds)
-        if not done:
-            continue
-        rate = done[len(done) // 2].n / done[len(done) // 2].seconds
-        versus = f"{fraction(rate, dbos['parallel'])} (own drain {fraction(rate, drained['exec_s'])})"
-        line(
-            f"parallel join set, {done[0].n} children", strategy, f"{rate:,.0f} children/s",
-            f"{dbos['parallel']:,.0f} children/s" if dbos["parallel"] else "-", versus,
-            f">= {DBOS_CHILDREN_TARGET:g} (>= {DRAIN_CHILDREN_TARGET:g})",
-        )  # fmt: skip
+        if done:
+            rate = done[len(done) // 2].n / done[len(done) // 2].seconds
+            add(
+                f"parallel join set, {done[0].n} children", strategy, rate, dbos["parallel"], "children/s",
+                f">= {DBOS_CHILDREN_TARGET:g} (>= {DRAIN_CHILDREN_TARGET:g})", own_drain=rate / drained["exec_s"],
+            )  # fmt: skip
+    return rows
+
+
+def _figure(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f} {unit}" if unit == "children/s" else f"{value:.2f} {unit}"
+
+
+def _ratio(row: dict) -> str:
+    ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+    return f"{ratio} (own drain {row['own_drain']:.2f})" if "own_drain" in row else ratio
+
+
+def _table_line(shape: str, strategy: str, engine: str, peer: str, ratio: str, target: str, widths=(18, 18, 22)) -> str:
+    return (
+        f"{shape:<40} | {strategy:<9} | {engine:>{widths[0]}} | {peer:>{widths[1]}} | {ratio:>{widths[2]}} | {target}"
+    )
+
+
+def ratio_table(rows: list[dict]) -> list[str]:
+    """The ratio rows of one run, as lines."""
+    lines = [_table_line("shape", "strategy", "this engine", "DBOS", "ratio", "target")]
+    lines.append("-" * len(lines[0]))
+    for row in rows:
+        unit = row["unit"]
+        lines.append(
+            _table_line(
+                row["shape"],
+                row["strategy"],
+                _figure(row["engine"], unit),
+                _figure(row["peer"], unit),
+                _ratio(row),
+                row["target"],
+            )
+        )
     return lines
+
+
+def runs_table(runs: list[list[dict]]) -> list[str]:
+    """The ratio rows of several runs, each cell min / median / max over the runs that
+    measured it (a shape one run skipped counts in fewer)."""
+
+    def spread(values: list[float], spec: str) -> str:
+        values = sorted(v for v in values if v is not None)
+        if not values:
+            return "-"
+        middle = statistics.median(values)
+        return " / ".join(format(v, spec) for v in (values[0], middle, values[-1]))
+
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for rows in runs:
+        for row in rows:
+            grouped.setdefault((row["shape"], row["strategy"]), []).append(row)
+    widths = (32, 32, 52)
+    lines = [_table_line("shape", "strategy", "this engine", "DBOS", "ratio", "target", widths)]
+    lines.append("-" * len(lines[0]))
+    for (shape, strategy), rows in grouped.items():
+        unit = rows[0]["unit"]
+        spec = ",.0f" if unit == "children/s" else ".2f"
+        ratio = spread([r["ratio"] for r in rows], ".2f")
+        if "own_drain" in rows[0]:
+            ratio += f" (own drain {spread([r['own_drain'] for r in rows], '.2f')})"
+        lines.append(
+            _table_line(
+                shape,
+                strategy,
+                f"{spread([r['engine'] for r in rows], spec)} {unit}",
+                f"{spread([r['peer'] for r in rows], spec)} {unit}",
+                ratio,
+                rows[0]["target"],
+                widths,
+            )
+        )
+    return lines
+
+
+def repeat_runs(count: int) -> None:
+    """``--runs N``: this script N times over, one after another (each with a fresh
+    database and its own DBOS run, every output as it is), then their ratio tables as one,
+    each cell min / median / max."""
+    runs = []
+    with tempfile.TemporaryDirectory() as directory:
+        for index in range(count):
+            print(f"\n=== run {index + 1} of {count}", flush=True)
+            out = Path(directory) / f"run{index}.json"
+            argv = [a for a in _without_runs(sys.argv[1:])] + ["--ratios-json", str(out)]
+            subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], check=True)
+            runs.append(json.loads(out.read_text()))
+    print(f"\n{count} runs next to DBOS Transact, each cell min / median / max (ratio: this engine / DBOS, per run)\n")
+    for line in runs_table(runs):
+        print(line)
+
+
+def _without_runs(argv: list[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--runs":
+            skip = True
+        elif not arg.startswith("--runs="):
+            kept.append(arg)
+    return kept
 
 
 # ---------------------------------------------------------------------------------------
@@ -512,7 +605,14 @@ def main() -> None:
     parser.add_argument("--no-dbos", action="store_true", help="do not run the DBOS baseline")
     parser.add_argument("--profile", action="store_true", help="cProfile the 10k replay and print its top functions")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database afterwards")
+    parser.add_argument(
+        "--runs", type=int, default=1, help="repeat the whole run; the ratio table's cells: min / median / max"
+    )
+    parser.add_argument("--ratios-json", type=Path, help=argparse.SUPPRESS)  # --runs: each run's ratio rows
     args = parser.parse_args()
+    if args.runs > 1:
+        repeat_runs(args.runs)
+        return
     timeout = 3 * args.budget
 
     if not args.keep:  # also when the run fails or is stopped (SIGTERM unwinds like Ctrl-C)
@@ -709,8 +809,11 @@ def main() -> None:
         "\nNext to DBOS Transact (same run, same server; ratio: this engine / DBOS; the issue's targets: "
         "ms per step and one-step p50 <= 0.5 x DBOS's, children/s >= 10 x DBOS's and >= 0.3 x the own drain)\n"
     )
-    for text in ratio_table(sequential, parallel, steps, drained, dbos):
+    rows = ratio_rows(sequential, parallel, steps, drained, dbos)
+    for text in ratio_table(rows):
         print(text)
+    if args.ratios_json:
+        args.ratios_json.write_text(json.dumps(rows))
     if dbos is None:
         print("(DBOS not measured in this run: see the note above)")
     for strategy, result in steps.items():
