@@ -53,11 +53,10 @@ def append_call(
     read (D127)."""
     if Statements().can_run_in_own_transaction():
         expected = expected or _row(canonical_id(execution_id))
-        if expected is None:  # no such execution: the transaction says so
-            return append_and_claim_in_transaction(execution_id, version, events, children, fence, now, None, claim)
-        written = _append_in_one_message(execution_id, version, events, children, fence, claim, expected, now)
-        if written is not None:
-            return written
+        if expected is not None:  # None: no such execution, which the transaction says
+            written = _append_in_one_message(execution_id, version, events, children, fence, claim, expected, now)
+            if written is not None:
+                return written
     return append_and_claim_in_transaction(execution_id, version, events, children, fence, now, None, claim)
 
 
