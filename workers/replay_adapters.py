@@ -33,7 +33,6 @@ from executions.events import ChildExecutionRequest, HistoryEventRecord, JoinNex
 from executions.ids import ExecutionId
 from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS
-from executions.store.local_call import answered, append_call
 from workers import shutdown
 from workers.registry import Function, lookup
 from workers.replay import EventHistory, ImportedFunctionCallError, NewExecution, WriteFailed
@@ -93,7 +92,7 @@ class StoreWriter:
         expected, self._expected = self._expected, None
         try:
             if local is not None:
-                _, claimed, row = append_call(
+                _, claimed, row = store.append_call(
                     self.locked.execution_id, version, records, requests,
                     fence=self.locked.fence, claim=claim, expected=expected,
                 )  # fmt: skip
@@ -109,7 +108,7 @@ class StoreWriter:
         if local is not None:
             at = self.children.run_local(local, claimed[0] if claimed else None)
             if at is not None:  # the next call's write expects the row as the response left it
-                self._expected = answered(row, events[1].join_set_id, at)
+                self._expected = store.answered(row, events[1].join_set_id, at)
         elif claimed:
             self.children.hand_over(claimed)
 

@@ -99,6 +99,7 @@ from executions.store.lifecycle import (
     upsert_stub_response,
 )
 from executions.store.listing import filter_executions, in_flight_of_component, list_executions
+from executions.store.local_call import answered, append_call
 from executions.store.locking import extend_lock, lock_one, lock_pending, with_history
 from executions.store.reads import (
     append_logs,
@@ -161,10 +162,12 @@ __all__ = [
     "ParkedRuns",
     "Response",
     "STATUS_FILTERS",
+    "answered",
     "append",
     "append_and_claim_children",
     "append_batch",
     "append_batch_create_new_execution",
+    "append_call",
     "append_delay_response",
     "append_logs",
     "append_many",
