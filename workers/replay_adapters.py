@@ -12,7 +12,7 @@ decisions out in ``executions.store`` (the ports are ``workers.replay.ports``):
 - ``StoreLease``: the run's lock, renewed at host calls close to its expiry;
 - ``release_if_locked``: an interrupted run hands back the lock it still holds.
 
-why: D37, D38, D39, D47, D63, D65, D67, D72, D80, D98, D124, D125, D126
+why: D37, D38, D39, D47, D63, D65, D67, D72, D80, D98, D124, D125, D126, D129
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from executions.events import ChildExecutionRequest, HistoryEventRecord, JoinNex
 from executions.ids import ExecutionId
 from executions.models import ExecutionState
 from executions.outage import DATABASE_ERRORS
+from executions.state_machine import Lifecycle
 from workers import shutdown
 from workers.registry import Function, lookup
 from workers.replay import EventHistory, ImportedFunctionCallError, NewExecution, WriteFailed
@@ -80,6 +81,7 @@ class StoreWriter:
         self.local = local and children is not None  # an Await run: it may run a call's child itself (D124)
         self._component = locked.locked.component_id.model_dump(mode="json")
         self.before_join_next: Callable[[int], None] | None = None  # told the last version (D77)
+        self.lifecycle_seen: Callable[[str], None] | None = None  # told the lifecycle a local write saw (D129)
         self._expected: ExecutionState | None = None  # the row after the last local call (D126)
 
     def append(self, version: int, events: Sequence[Any], creates: Sequence[NewExecution]) -> None:
@@ -106,6 +108,8 @@ class StoreWriter:
                 self.children.run_local(local, None)  # frees its slot
             raise
         if local is not None:
+            if self.lifecycle_seen is not None:
+                self.lifecycle_seen(row.lifecycle)
             at = self.children.run_local(local, claimed[0] if claimed else None)
             if at is not None:  # the next call's write expects the row as the response left it
                 self._expected = store.answered(row, events[1].join_set_id, at)
@@ -195,9 +199,10 @@ class StoreWaiter:
     """``Waiter`` (Await): block until new responses arrive or the lock's deadline.
 
     It listens for the whole run (``close`` ends that), so a cancellation requested
-    between two waits is never missed and the lifecycle is read only once per run, and
-    again only when a cancellation names this execution or nothing is known (a timed
-    wake-up, a poll on SQLite). Likewise the responses: read at the run's first wait (one
+    between two waits is never missed and the lifecycle is read once per run (not at all
+    when a local call's write saw it, D129), and again only when a cancellation names
+    this execution or nothing is known (a timed wake-up); on SQLite, which announces
+    nothing, at every wait. Likewise the responses: read at the run's first wait (one
     may have arrived between the claim that loaded them and the subscription), and after
     that only when a notification names this execution or nothing is known (D63)."""
 
@@ -207,6 +212,7 @@ class StoreWaiter:
         self.execution_id = execution_id
         self.lease = lease
         self._listener = notify.Listener([notify.RESPONSE, notify.CANCEL])
+        self._listener_hears_cancellations = notify.is_postgres()
         self._check_cancel = True
         self._check_responses = True
         # Nothing known yet: the first wait reads the table. Not in a run that starts the
@@ -217,6 +223,15 @@ class StoreWaiter:
 
     def close(self) -> None:
         self._listener.close()
+
+    def lifecycle_seen(self, lifecycle: str) -> None:
+        """The run's own write found the row in ``lifecycle`` under its lock, after this
+        waiter subscribed: on PostgreSQL a cancellation requested since is announced to the
+        listener, so the next wait reads the lifecycle only if that write saw a
+        cancellation, or a notification names one (D129: a one-step workflow's run reads its
+        row once, not twice). SQLite announces nothing: its waits keep reading."""
+        if self._listener_hears_cancellations:
+            self._check_cancel = lifecycle == Lifecycle.CANCELLING
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
@@ -276,7 +291,10 @@ class StoreWaiter:
         return store.responses_after(self.execution_id, after_seq)
 
     def _cancelling(self) -> bool:
-        if not self._check_cancel:
+        """Whether the execution is being cancelled: read when a notification or a timed
+        wake-up says so, and at every wait on SQLite, which announces nothing (its local
+        child interrupted by the cancellation answers at once, D129)."""
+        if not self._check_cancel and self._listener_hears_cancellations:
             return False
         self._check_cancel = False
         return store.get_state(self.execution_id).lifecycle == "cancelling"

@@ -84,6 +84,7 @@ def _run(
     waiter: StoreWaiter | ParkedWait | None = None
     if spec.blocking == "await":
         waiter = StoreWaiter(locked.execution_id, lease, first_run=locked.next_version == 2 and not locked.history)
+        writer.lifecycle_seen = waiter.lifecycle_seen
     elif pool is not None:
         waiter = ParkedWait(pool, writer, lease)
     history = EventHistory(

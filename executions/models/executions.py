@@ -123,9 +123,11 @@ class ExecutionState(StateWords, StoreTable):
             ),
             Index(fields=["deployment_id", "created_at"], name="t_state_deployment"),
             Index(fields=["component_id_input_digest", "created_at"], name="t_state_component"),
-            # An execution's tree (`<id>.%`, its children and theirs) is a range of this index
-            # whatever the server's collation, as a function prefix is of the one above (D94).
-            Index(fields=["execution_id"], opclasses=["varchar_pattern_ops"], name="t_state_id_prefix"),
+            # An execution's tree (`<id>.%`, its children and theirs) is a range of the primary
+            # key's `varchar_pattern_ops` index, which Django makes itself for a text primary
+            # key on PostgreSQL (`t_state_execution_id_…_like`), whatever the server's
+            # collation, as a function prefix is of the one above (D94). A second index of
+            # the same (`t_state_id_prefix`, dropped by D128) only cost every write.
             # The console at a million rows (D93): what finished in a window, counted by
             # outcome from the index alone (the dashboard's last hour, the `finished` filter);
             # a finished outcome newest first; an unfinished state newest first; children

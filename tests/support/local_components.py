@@ -115,6 +115,16 @@ def calls(ctx, marker: str, ffqn: str, index: int) -> object:
         return f"failed: {failed.retval}"
 
 
+@workflow(name="test:local/wf.step-then-call", blocking="await", lock_duration=WORKFLOW_LOCK)
+def step_then_call(ctx, marker: str, ffqn: str, index: int) -> object:
+    """A call of ``step``, then one of ``ffqn``: the second's value, or its failure as text."""
+    ctx.call(step, marker, 0, "")
+    try:
+        return ctx.call(ffqn, marker, index)
+    except ChildFailed as failed:
+        return f"failed: {failed.retval}"
+
+
 @workflow(name="test:local/wf.steps-interrupt", blocking="interrupt", lock_duration=WORKFLOW_LOCK)
 def steps_interrupt(ctx, marker: str, n: int) -> list:
     """``n`` sequential calls of ``step`` under Interrupt: today's path (handed over)."""

@@ -13,13 +13,14 @@ Real worker clusters (``tests/support/clusters.py``) serving
 files (``tests/support/local_gate.py``); timeouts are safety limits only. The routing and
 the fence are checked in this process, against the real store, with a real ``Executor``.
 
-why: D124, D125
+why: D124, D125, D129
 """
 
 from __future__ import annotations
 
 import copy
 import signal
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -47,7 +48,7 @@ from tests.support.helpers import DEPLOYMENT, create_workflow, lock
 from workers.executor import Executor
 from workers.registry import lookup
 from workers.replay.ports import NewExecution
-from workers.replay_adapters import StoreWriter
+from workers.replay_adapters import StoreWaiter, StoreWriter
 from workers.testing import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -233,6 +234,25 @@ def test_cancelling_the_parent_while_its_local_child_runs_cancels_both(clusters,
     assert "did not stop within" not in cluster.log()
 
 
+def test_cancelling_the_parent_while_its_second_local_child_runs_cancels_both(clusters, tmp_path):
+    """As above, at the run's second call, when its first wait has read the lifecycle
+    already: the wait that takes the cancelled child's response still sees the parent's
+    cancellation first (heard on PostgreSQL, read at every wait on SQLite, D129)."""
+    marker = tmp_path / "long.marks"
+    clusters()
+    parent, _ = submit("test:local/wf.step-then-call", [str(marker), "test:local/acts.long", 1])
+    second_started = lambda: [line for line in marks(marker) if line[0] == "start" and line[-1] == "1"]  # noqa: E731
+    wait_until(second_started, timeout=WAIT, what="the second child to start")
+    store.cancel(parent)
+    result = outcomes([parent], WAIT)[parent]
+    assert isinstance(result, ExecutionFailure) and result.kind == "cancelled", result
+    by_function = {store.get_created(child).ffqn: child for child in children_of(parent)}
+    first, second = by_function[STEP], by_function["test:local/acts.long"]
+    assert store.get_finished_results([first])[first] == Ok(value=lc.step_value(0))
+    retval = store.get(second).events[-1].event.retval
+    assert isinstance(retval, ExecutionFailure) and retval.kind == "cancelled", retval
+
+
 def test_an_interrupt_workflows_call_takes_the_usual_path(clusters, tmp_path):
     """Under Interrupt a call's join-next ends the run: its child is not run locally but
     dispatched as before (eagerly or pending), in the executor's main thread."""
@@ -283,7 +303,13 @@ def _call(runner, ffqn: str = STEP, params=None) -> tuple[str, str]:
     """A ``ctx.call``'s write by a locked workflow through ``StoreWriter``: the parent and
     the child's id."""
     parent = create_workflow()
-    run = lock(parent)
+    return parent, _write_call(StoreWriter(lock(parent), DEPLOYMENT, runner, local=True), ffqn, params)
+
+
+def _write_call(writer: StoreWriter, ffqn: str = STEP, params=None) -> str:
+    """The write of a ``ctx.call`` (its join set, request and join-next) by ``writer``'s
+    locked run; the child's id."""
+    run, parent = writer.locked, writer.locked.execution_id
     join_set = JoinSetId.parse("o:1-step")
     child = str(ExecutionId.parse(parent).child(join_set, 1))
     params = params if params is not None else ["/dev/null", 0, ""]
@@ -294,8 +320,8 @@ def _call(runner, ffqn: str = STEP, params=None) -> tuple[str, str]:
         JoinNext(join_set_id=str(join_set), run_expires_at=timezone.now() + timedelta(seconds=30), requested_ffqn=ffqn),
     ]
     new = NewExecution(child, ffqn, params, timezone.now(), (parent, str(join_set)), None, "activity")
-    StoreWriter(run, DEPLOYMENT, runner, local=True).append(run.next_version, events, [new])
-    return parent, child
+    writer.append(run.next_version, events, [new])
+    return child
 
 
 def test_a_served_call_runs_locally_and_answers_its_parent_in_the_same_write(tmp_path):
@@ -472,3 +498,75 @@ def test_a_row_found_otherwise_than_expected_takes_the_transaction(tmp_path):
         ("history_event", "o:2-step", True),
     ], _comparable_log(parent)
     assert len(children_of(parent)) == 2 and all(Counter(variants(c))["created"] == 1 for c in children_of(parent))
+
+
+class _Lease:
+    """The lease as a waiter sees it: a deadline a few seconds away (the lock's own renewal
+    is not what these tests are about)."""
+
+    def deadline(self) -> float:
+        return time.monotonic() + 3
+
+
+def _waiting_run(executor: Executor) -> tuple[StoreWriter, StoreWaiter]:
+    """A locked Await run's writer and waiter, wired as ``workflow_runner`` wires them: the
+    waiter subscribed before the run's first write."""
+    parent = create_workflow()
+    writer = StoreWriter(lock(parent), DEPLOYMENT, _Runner(executor), local=True)
+    waiter = StoreWaiter(parent, _Lease())
+    writer.lifecycle_seen = waiter.lifecycle_seen
+    return writer, waiter
+
+
+def _rows_read_by_the_wait_after_a_call(executor: Executor, marker: Path, index: int, *, told: bool) -> int:
+    """One local call by a waiting run, then its wait, which must return the child's
+    response: how many reads of ``t_state`` that wait made. ``told``: the writer hands the
+    lifecycle its write saw to the waiter, as ``workflow_runner`` wires it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    writer, waiter = _waiting_run(executor)
+    if not told:
+        writer.lifecycle_seen = None
+    try:
+        child = _write_call(writer, params=[str(marker), index, ""])
+        with CaptureQueriesContext(connection) as queries:
+            responses = waiter.wait_for_responses(0)
+    finally:
+        waiter.close()
+    assert [r.child_execution_id for r in responses] == [child]
+    statements = [q["sql"].lstrip() for q in queries.captured_queries]
+    return len([sql for sql in statements if sql.startswith("SELECT") and "FROM t_state" in sql])
+
+
+def test_a_local_write_that_saw_the_run_active_spares_the_first_wait_its_lifecycle_read(tmp_path):
+    """The call's write found the row active under its lock, after the waiter subscribed, so
+    the wait that takes the local child's response reads no row (D129); a waiter not told so
+    reads the lifecycle first, as every run's first wait did before. Not on SQLite, which
+    has no notifications to hear a later cancellation by: there the wait reads it."""
+    from executions import notify
+
+    executor = _executor(STEP)
+    marker = tmp_path / "m"
+    told = _rows_read_by_the_wait_after_a_call(executor, marker, 3, told=True)
+    assert told == (0 if notify.is_postgres() else 1)
+    assert _rows_read_by_the_wait_after_a_call(executor, marker, 4, told=False) == 1
+
+
+def test_a_cancellation_after_the_local_write_still_ends_the_wait(tmp_path):
+    """Sparing the read loses no cancellation: one requested after the call's write is
+    announced to the subscribed waiter, which then reads the lifecycle and gives the run
+    up (the cancellation driver takes over), even with the child's response in hand."""
+    from executions import notify
+
+    if not notify.is_postgres():
+        pytest.skip("SQLite has no notifications: a waiter polls the lifecycle at its timed wake-ups")
+    executor = _executor(STEP)
+    writer, waiter = _waiting_run(executor)
+    try:
+        _write_call(writer, params=[str(tmp_path / "m"), 5, ""])
+        store.cancel(writer.locked.execution_id)
+        assert wait_until(lambda: waiter.wait_for_responses(0) == [], timeout=10)
+    finally:
+        waiter.close()
+    assert store.get_state(writer.locked.execution_id).lifecycle == "cancelling"
