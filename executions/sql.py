@@ -7,7 +7,7 @@ simple-protocol message of several (``run_in_own_transaction``). ``rows_by_key``
 one key at a time. SQLite runs them one after another. Values are adapted by the model
 fields themselves (``get_db_prep_save``), as the ORM would.
 
-why: D48, D59, D69, D70, D71, D87
+why: D48, D59, D69, D70, D71, D87, D130
 """
 
 from __future__ import annotations
@@ -23,6 +23,24 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.db.models import DateTimeField, Model
 
 from executions.events import compact_json
+
+# psycopg parses a statement's ``%s`` placeholders into ``$n`` at every execute, except for
+# statements short enough for its cache (4,096 bytes and 50 parameters): a longer one is often
+# a one-off bulk statement that would only churn the cache. The store's statements have one
+# text per shape (``in_list``'s one array parameter, ``json_to_recordset``'s one document),
+# and the hot paths' are longer than that (D70's group commit of results, D126's local
+# call), so each write parsed its statement again: about 8 % of a workflow step's CPU (D130).
+STATEMENT_CACHE_LIMITS = (16_384, 500)  # bytes, parameters: above every statement of the store (6 KB at most)
+
+
+def cache_the_stores_statements() -> None:
+    """Let psycopg's cache of parsed statements hold the store's long ones (D130). Its limits
+    are module constants read at every execute; only ever raised here, never lowered."""
+    from psycopg import _queries
+
+    length, params = STATEMENT_CACHE_LIMITS
+    _queries.MAX_CACHED_STATEMENT_LENGTH = max(_queries.MAX_CACHED_STATEMENT_LENGTH, length)
+    _queries.MAX_CACHED_STATEMENT_PARAMS = max(_queries.MAX_CACHED_STATEMENT_PARAMS, params)
 
 
 def _quote(name: str) -> str:

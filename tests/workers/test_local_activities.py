@@ -570,3 +570,28 @@ def test_a_cancellation_after_the_local_write_still_ends_the_wait(tmp_path):
     finally:
         waiter.close()
     assert store.get_state(writer.locked.execution_id).lifecycle == "cancelling"
+
+
+def test_a_local_calls_long_statements_are_parsed_once_per_shape(tmp_path, monkeypatch):
+    """The local call's write (D126) and the child's result with its response (D70) are
+    statements longer than psycopg caches by default (4,096 bytes or 50 parameters), so
+    each execute parsed them again. With the store's limits (D130), a run's later calls
+    parse nothing outside psycopg's cache: the parser it calls for a statement too long to
+    cache is counted, and never called."""
+    from django.db import connection
+    from psycopg import _queries
+
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's cache of parsed statements: PostgreSQL only")
+    executor = _executor(STEP)
+    marker = tmp_path / "m"
+    parent = create_workflow()
+    writer = StoreWriter(lock(parent), DEPLOYMENT, _Runner(executor), local=True)
+    _calls(writer, parent, 2, marker)  # every shape sent once
+    uncached, parse = [], _queries._query2pg_nocache
+    monkeypatch.setattr(_queries, "_query2pg_nocache", lambda query, *rest: uncached.append(query) or parse(query, *rest))
+    before = _queries._query2pg.cache_info()
+    children = _calls(writer, parent, 2, marker, start=3)
+    assert [len(query) for query in uncached] == []
+    assert _queries._query2pg.cache_info().hits > before.hits
+    assert store.get_finished_results(children) == {child: Ok(value=lc.step_value(n)) for n, child in enumerate(children, 3)}
