@@ -1,8 +1,8 @@
 """The execution page's children: the execution's tree, depth-first, each child with its
 outcome, reason and duration (or how long it has run so far), indented by depth.
 
-The tree is one read of ``store.get_tree`` (a range of ``t_state_id_prefix``: a child's id
-extends its parent's), so a workflow with many children costs one query.
+The tree is one read of ``store.get_tree`` (a range of the primary key's pattern index, D128:
+a child's id extends its parent's), so a workflow with many children costs one query.
 
 why: D90 (links with ids as they are), D94 (the tree is an index range)
 """
