@@ -19,7 +19,4 @@ class ExecutionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from executions.sql import cache_the_stores_statements
-
         connection_created.connect(_load_json_as_text, dispatch_uid="obelisk_json_as_text")
-        cache_the_stores_statements()

@@ -43,6 +43,9 @@ def cache_the_stores_statements() -> None:
     _queries.MAX_CACHED_STATEMENT_PARAMS = max(_queries.MAX_CACHED_STATEMENT_PARAMS, params)
 
 
+cache_the_stores_statements()  # on import: every process that writes through the store has imported this module
+
+
 def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
