@@ -212,7 +212,6 @@ class StoreWaiter:
         self.execution_id = execution_id
         self.lease = lease
         self._listener = notify.Listener([notify.RESPONSE, notify.CANCEL])
-        self._listener_hears_cancellations = notify.is_postgres()
         self._check_cancel = True
         self._check_responses = True
         # Nothing known yet: the first wait reads the table. Not in a run that starts the
@@ -229,9 +228,8 @@ class StoreWaiter:
         waiter subscribed: on PostgreSQL a cancellation requested since is announced to the
         listener, so the next wait reads the lifecycle only if that write saw a
         cancellation, or a notification names one (D129: a one-step workflow's run reads its
-        row once, not twice). SQLite announces nothing: its waits keep reading."""
-        if self._listener_hears_cancellations:
-            self._check_cancel = lifecycle == Lifecycle.CANCELLING
+        row once, not twice). SQLite announces nothing: each of its waits reads it (``_wait``)."""
+        self._check_cancel = lifecycle == Lifecycle.CANCELLING
 
     def wait_for_responses(self, after_seq: int) -> Sequence[Any]:
         """Returns nothing (the run interrupts) at the deadline, when the worker stops, or
@@ -244,6 +242,8 @@ class StoreWaiter:
             raise WriteFailed(f"waiting for responses failed: {error}") from error
 
     def _wait(self, after_seq: int) -> Sequence[Any]:
+        if not notify.is_postgres():  # no cancellation is announced: each wait reads it (D129)
+            self._check_cancel = True
         while True:
             if self._check_responses or not notify.is_postgres():
                 self._heed(self._listener.wait(0))  # announced before the read: it sees them
@@ -291,13 +291,10 @@ class StoreWaiter:
         return store.responses_after(self.execution_id, after_seq)
 
     def _cancelling(self) -> bool:
-        """Whether the execution is being cancelled: read when a notification or a timed
-        wake-up says so, and at every wait on SQLite, which announces nothing (its local
-        child interrupted by the cancellation answers at once, D129)."""
-        if not self._check_cancel and self._listener_hears_cancellations:
+        if not self._check_cancel:
             return False
         self._check_cancel = False
-        return store.get_state(self.execution_id).lifecycle == "cancelling"
+        return store.get_state(self.execution_id).lifecycle == Lifecycle.CANCELLING
 
 
 class StoreCanceller:

@@ -275,8 +275,8 @@ def get_tree(execution_id: str) -> list[tuple[ExecutionSnapshot, RetVal | None]]
         root = list(ExecutionState.objects.filter(pk=execution_id))
         if not root:
             raise errors.NotFound(f"execution `{execution_id}` not found")
-        # The descendants are a range of the primary key's pattern index (D94, D128), sorted here: with an
-        # ORDER BY the planner may walk the whole primary key instead, for its order.
+        # The descendants are a range of the primary key's pattern index (D94, D128), sorted
+        # here: with an ORDER BY the planner may walk the whole primary key instead, for its order.
         descendants = ExecutionState.objects.filter(execution_id__startswith=execution_id + ".")
         rows = root + sorted(descendants, key=lambda row: row.execution_id)
         results = get_finished_results([row.execution_id for row in rows if row.is_finished])
