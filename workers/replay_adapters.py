@@ -12,7 +12,7 @@ decisions out in ``executions.store`` (the ports are ``workers.replay.ports``):
 - ``StoreLease``: the run's lock, renewed at host calls close to its expiry;
 - ``release_if_locked``: an interrupted run hands back the lock it still holds.
 
-why: D37, D38, D39, D47, D63, D65, D67, D72, D80, D98, D124, D125, D126, D129
+why: D37, D38, D39, D47, D63, D65, D67, D72, D80, D98, D124, D125, D126, D129, D131
 """
 
 from __future__ import annotations
@@ -336,17 +336,15 @@ class StoreLease:
             store.extend_lock(self.locked.execution_id, self.locked.fence, expires)
         except errors.IllegalState:  # a resolved wait left the row pending: lock it again
             self.history.reserve_versions(0)  # flush the buffer first
-            version = self.history.next_version
-            store.lock_one(
+            expires = store.lock_again(  # reads none of the history the run holds (D131)
                 self.locked.execution_id,
-                version,
+                self.history.next_version,
                 self.terms(),
                 executor_id=self.locked.locked.executor_id,
                 run_id=self.locked.fence.run_id,
                 deployment_id=self.locked.deployment_id,
             )
             self.history.reserve_versions(1)
-            expires = store.get_state(self.locked.execution_id).pending_expires_finished
         self.lock_expires_at = expires
 
 

@@ -100,7 +100,7 @@ from executions.store.lifecycle import (
 )
 from executions.store.listing import filter_executions, in_flight_of_component, list_executions
 from executions.store.local_call import answered, append_call
-from executions.store.locking import extend_lock, lock_one, lock_pending, with_history
+from executions.store.locking import extend_lock, lock_again, lock_one, lock_pending, with_history
 from executions.store.reads import (
     append_logs,
     get,
@@ -205,6 +205,7 @@ __all__ = [
     "list_executions",
     "list_logs",
     "list_responses",
+    "lock_again",
     "lock_one",
     "lock_pending",
     "next_pending_at",

@@ -305,18 +305,42 @@ def lock_one(
     now: datetime | None = None,
 ) -> LockedExecution:
     """Lock one execution at ``version`` (a new lock, or an extension by the same run)."""
+    with write_transaction():
+        candidate, locked = _lock_one_in_tx(execution_id, version, terms, executor_id, run_id, deployment_id, now)
+        return _locked_executions([candidate], {candidate[0]: locked}, deployment_id)[0]
+
+
+def lock_again(
+    execution_id: str,
+    version: int,
+    terms: LockTerms,
+    *,
+    executor_id: str,
+    run_id: str,
+    deployment_id: str,
+    now: datetime | None = None,
+) -> datetime:
+    """``lock_one`` for the run that holds the execution already: a workflow whose resolved
+    Await wait left its row pending renews its lease by locking the row again. Returns the
+    new lock's expiry. It reads none of the history, the responses or ``Created``: the run
+    holds them, and a long workflow renews every two thirds of its lock (D131)."""
+    with write_transaction():
+        _, locked = _lock_one_in_tx(execution_id, version, terms, executor_id, run_id, deployment_id, now)
+    return locked.lock_expires_at
+
+
+def _lock_one_in_tx(execution_id, version, terms, executor_id, run_id, deployment_id, now) -> tuple[tuple, Locked]:
+    """The write of ``lock_one``: the ``Locked`` event applied to the locked row. Returns
+    the row as a claim's candidate, and the event."""
     now = utc_now(now)
     execution_id = canonical_id(execution_id)
     locked = new_lock(terms, executor_id, run_id, deployment_id, now)
-    with write_transaction():
-        row = row_for_update(execution_id)
-        intermittent = row.intermittent_event_count
-        notes = notify.Notes()
-        applied = apply_event(row, version, locked, now, None, notes)
-        write_applied(row, applied)
-        candidate = (execution_id, row.ffqn, version - 1, row.lock_generation - 1, intermittent, row.component_type)
-        locked = event_from_json(applied.event_row.json_value)
-        return _locked_executions([candidate], {execution_id: locked}, deployment_id)[0]
+    row = row_for_update(execution_id)
+    intermittent = row.intermittent_event_count
+    applied = apply_event(row, version, locked, now, None, notify.Notes())
+    write_applied(row, applied)
+    candidate = (execution_id, row.ffqn, version - 1, row.lock_generation - 1, intermittent, row.component_type)
+    return candidate, event_from_json(applied.event_row.json_value)
 
 
 def extend_lock(

@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from executions import errors, store
@@ -622,6 +623,32 @@ def test_a_lease_close_to_expiry_is_renewed_at_a_host_call():
     assert [type(e) for e in log[-2:]] == [Locked, HistoryEventRecord]
     assert log[-2].run_id == run.locked.fence.run_id
     assert store.get_state(execution_id).state == "locked"
+    run.history.flush()
+    store.append(execution_id, None, Finished(retval=OK_EMPTY), fence=_current_fence(execution_id))
+    assert_versions_contiguous(execution_id)
+
+
+def test_a_lease_renewal_that_locks_the_row_again_reads_none_of_the_history():
+    """D131: the run already holds its history, so locking its row again at a renewal reads
+    none of it (nor its responses, nor its ``Created``): a long workflow's renewal every
+    two thirds of its lock read the whole log, a cost growing with every step. The lease
+    takes the new lock's expiry from the write, and the row agrees."""
+    execution_id = new_driven()
+    run = start_run(execution_id, AWAIT_0, lock_duration=timedelta(seconds=1.5))
+    join_set = run.history.create_join_set()
+    for value in range(3):  # a history to read, and the row left pending by the last response
+        child = run.history.submit(join_set, FN1, [value])
+        finish_child(str(child), Ok(value))
+        assert run.history.join_next(join_set) == (child, True)
+    assert store.get_state(execution_id).state == "pending_at"
+    _sleep_until_close_to_expiry(run)
+    with CaptureQueriesContext(connection) as renewing:
+        run.lease.extend_if_close()
+    reads = [q["sql"] for q in renewing.captured_queries if q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))]
+    assert not [sql for sql in reads if "t_execution_log" in sql or "t_join_set_response" in sql], reads
+    state = store.get_state(execution_id)
+    assert state.state == "locked" and state.pending_expires_finished == run.lease.lock_expires_at
+    assert type(events(execution_id)[-1]) is Locked
     run.history.flush()
     store.append(execution_id, None, Finished(retval=OK_EMPTY), fence=_current_fence(execution_id))
     assert_versions_contiguous(execution_id)
