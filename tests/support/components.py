@@ -1,5 +1,6 @@
 """Activities used by the worker tests (``OBELISK['COMPONENT_MODULES']`` in test settings)."""
 
+import gc
 import logging
 import os
 import time
@@ -24,6 +25,12 @@ def add(a: int, b: int) -> int:
 @activity(name="test:acts/basic.greet", **QUICK)
 def greet(name: str, greeting: str = "Hello", times: int = 1) -> str:
     return " ".join([f"{greeting}, {name}!"] * times)
+
+
+@activity(name="test:acts/basic.gc-state", **QUICK)
+def gc_state() -> dict:
+    """What the worker process running it tells of its garbage collector (D132)."""
+    return {"frozen": gc.get_freeze_count(), "enabled": gc.isenabled(), "tracked": len(gc.get_objects())}
 
 
 @activity(name="test:acts/basic.fail-until", max_retries=5, backoff=timedelta(milliseconds=200))

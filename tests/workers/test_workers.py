@@ -162,6 +162,16 @@ def test_success(cluster):
     assert store.get_finished_result(execution_id) == Ok(5)
 
 
+def test_a_worker_process_runs_with_its_long_lived_objects_frozen_out_of_the_gc(cluster):
+    """D132: once its executor is built, a worker process freezes what it has loaded
+    (Django, the components, the executor), so the collector no longer scans those objects
+    at every full collection. The collector stays on for everything made after."""
+    execution_id, _ = submit("test:acts/basic.gc-state", [])
+    state = finish(execution_id).value
+    assert state["enabled"]
+    assert state["frozen"] > state["tracked"], state  # most of the process is frozen
+
+
 def test_retry_with_exponential_backoff(cluster):
     execution_id, _ = submit("test:acts/basic.fail-until", [3])
 
