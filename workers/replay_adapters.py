@@ -336,14 +336,8 @@ class StoreLease:
             store.extend_lock(self.locked.execution_id, self.locked.fence, expires)
         except errors.IllegalState:  # a resolved wait left the row pending: lock it again
             self.history.reserve_versions(0)  # flush the buffer first
-            expires = store.lock_again(  # reads none of the history the run holds (D131)
-                self.locked.execution_id,
-                self.history.next_version,
-                self.terms(),
-                executor_id=self.locked.locked.executor_id,
-                run_id=self.locked.fence.run_id,
-                deployment_id=self.locked.deployment_id,
-            )
+            # reads none of the history the run holds (D131)
+            expires = store.lock_again(self.locked, self.history.next_version, self.terms())
             self.history.reserve_versions(1)
         self.lock_expires_at = expires
 

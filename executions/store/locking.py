@@ -310,22 +310,17 @@ def lock_one(
         return _locked_executions([candidate], {candidate[0]: locked}, deployment_id)[0]
 
 
-def lock_again(
-    execution_id: str,
-    version: int,
-    terms: LockTerms,
-    *,
-    executor_id: str,
-    run_id: str,
-    deployment_id: str,
-    now: datetime | None = None,
-) -> datetime:
-    """``lock_one`` for the run that holds the execution already: a workflow whose resolved
-    Await wait left its row pending renews its lease by locking the row again. Returns the
-    new lock's expiry. It reads none of the history, the responses or ``Created``: the run
-    holds them, and a long workflow renews every two thirds of its lock (D131)."""
+def lock_again(run: LockedExecution, version: int, terms: LockTerms, *, now: datetime | None = None) -> datetime:
+    """``lock_one`` for the run that holds the execution already (``run``, as it was
+    claimed): a workflow whose resolved Await wait left its row pending renews its lease by
+    locking the row again, with the same run id. Returns the new lock's expiry. It reads
+    none of the history, the responses or ``Created``: the run holds them, and a long
+    workflow renews every two thirds of its lock (D131)."""
+    holder = run.locked
     with write_transaction():
-        _, locked = _lock_one_in_tx(execution_id, version, terms, executor_id, run_id, deployment_id, now)
+        _, locked = _lock_one_in_tx(
+            run.execution_id, version, terms, holder.executor_id, run.fence.run_id, run.deployment_id, now
+        )
     return locked.lock_expires_at
 
 
