@@ -291,6 +291,9 @@ class StoreWaiter:
         return store.responses_after(self.execution_id, after_seq)
 
     def _cancelling(self) -> bool:
+        """Whether the execution is being cancelled: read only when something may have
+        changed it (the first wait, a notification naming a cancellation, a timed wake-up,
+        and every wait on SQLite, which announces nothing, D129)."""
         if not self._check_cancel:
             return False
         self._check_cancel = False

@@ -304,10 +304,15 @@ def lock_one(
     deployment_id: str,
     now: datetime | None = None,
 ) -> LockedExecution:
-    """Lock one execution at ``version`` (a new lock, or an extension by the same run)."""
+    """Lock one execution at ``version``, and return it as a claim does (its ``Created``,
+    and a workflow's history and responses, read). The run that holds it already locks it
+    again with ``lock_again``, which reads nothing."""
+    now = utc_now(now)
+    execution_id = canonical_id(execution_id)
+    locked = new_lock(terms, executor_id, run_id, deployment_id, now)
     with write_transaction():
-        candidate, locked = _lock_one_in_tx(execution_id, version, terms, executor_id, run_id, deployment_id, now)
-        return _locked_executions([candidate], {candidate[0]: locked}, deployment_id)[0]
+        candidate, locked = _write_lock(execution_id, version, locked, now)
+        return _locked_executions([candidate], {execution_id: locked}, deployment_id)[0]
 
 
 def lock_again(run: LockedExecution, version: int, terms: LockTerms, *, now: datetime | None = None) -> datetime:
@@ -316,20 +321,16 @@ def lock_again(run: LockedExecution, version: int, terms: LockTerms, *, now: dat
     locking the row again, with the same run id. Returns the new lock's expiry. It reads
     none of the history, the responses or ``Created``: the run holds them, and a long
     workflow renews every two thirds of its lock (D131)."""
-    holder = run.locked
+    now = utc_now(now)
+    locked = new_lock(terms, run.locked.executor_id, run.fence.run_id, run.deployment_id, now)
     with write_transaction():
-        _, locked = _lock_one_in_tx(
-            run.execution_id, version, terms, holder.executor_id, run.fence.run_id, run.deployment_id, now
-        )
+        _, locked = _write_lock(run.execution_id, version, locked, now)
     return locked.lock_expires_at
 
 
-def _lock_one_in_tx(execution_id, version, terms, executor_id, run_id, deployment_id, now) -> tuple[tuple, Locked]:
-    """The write of ``lock_one``: the ``Locked`` event applied to the locked row. Returns
-    the row as a claim's candidate, and the event."""
-    now = utc_now(now)
-    execution_id = canonical_id(execution_id)
-    locked = new_lock(terms, executor_id, run_id, deployment_id, now)
+def _write_lock(execution_id: str, version: int, locked: Locked, now: datetime) -> tuple[tuple, Locked]:
+    """``locked`` applied to the row, locked in the caller's transaction. Returns the row
+    as a claim's candidate, and the event as written."""
     row = row_for_update(execution_id)
     intermittent = row.intermittent_event_count
     applied = apply_event(row, version, locked, now, None, notify.Notes())
