@@ -6,10 +6,11 @@ through ``transaction.on_commit``. A ``Listener`` waits for either; SQLite polls
 ``OBELISK['POLL_INTERVAL']``. Notifications only say "look again": a lost or duplicated one
 costs latency, never correctness. Channels (newline-separated payloads under 8000 bytes):
 ``obelisk_pending`` (functions with work due), ``obelisk_finished`` (ids, each with its short
-return value's JSON, ``finished_item``), ``obelisk_response`` (parents that got a response),
-``obelisk_cancel``, ``obelisk_timer`` and ``obelisk_scheduled`` (empty).
+return value's JSON, ``finished_item``), ``obelisk_response`` (parents that got a response;
+one written by the parent's own holder stays in its process, D133), ``obelisk_cancel``,
+``obelisk_timer`` and ``obelisk_scheduled`` (empty).
 
-why: D17, D44, D45, D48, D56
+why: D17, D44, D45, D48, D56, D133
 """
 
 from __future__ import annotations

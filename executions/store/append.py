@@ -265,7 +265,10 @@ def _finish_in_one_message(
     (D68); those whose lock is still the run's (state ``locked``, the fence's run and
     generation) are finished and logged, each child's result goes to its parent as the
     next response, a parent waiting on that join set goes pending (or, if its run is among
-    ``parked``, is locked for that run, D82), and the notifications are sent, by CTEs.
+    ``parked``, is locked for that run, D82), and the notifications are sent, by CTEs:
+    ``obelisk_response`` only for parents held by another executor than the child's, since
+    a run awaiting in place lives in its workflow's holder and this process's listeners
+    are handed the response at commit (D133).
     Returns the versions written; an item not among them (its lock moved on) is left to
     the transaction, which says why. Nothing is written when an item's value cannot be
     stored (the transaction refuses it on its own), nor when a response another
@@ -421,7 +424,7 @@ WITH v AS (
 {_finish_ctes(names)}
 parents AS (
     SELECT p.execution_id, p.state, p.join_set_id, p.lifecycle, p.pending_expires_finished,
-        p.corresponding_version, p.lock_generation FROM t_state p
+        p.corresponding_version, p.lock_generation, p.executor_id FROM t_state p
     WHERE p.execution_id = ANY (%s::text[]) AND (SELECT count(*) FROM by_id) >= 0
     ORDER BY p.execution_id
     FOR UPDATE OF p
@@ -454,7 +457,8 @@ notifying AS (
     FROM c JOIN v ON v.execution_id = c.execution_id GROUP BY v.chunk
     UNION ALL
     SELECT pg_notify(%s, string_agg(v.parent_id, E'\\n' ORDER BY v.n))
-    FROM c JOIN v ON v.execution_id = c.execution_id WHERE v.parent_id IS NOT NULL GROUP BY v.response_chunk
+    FROM c JOIN v ON v.execution_id = c.execution_id JOIN parents q ON q.execution_id = v.parent_id
+    WHERE q.executor_id IS DISTINCT FROM c.executor_id GROUP BY v.response_chunk
     UNION ALL
     SELECT pg_notify(%s, string_agg(DISTINCT due.ffqn, E'\\n')) FROM due HAVING count(*) > 0
 )
@@ -493,16 +497,17 @@ def _finish_ctes(names: tuple[str, ...]) -> str:
     its key, in id order, in a ``LATERAL`` subquery: a plan made while the table was small
     still uses the primary key, where ``= ANY(ids)`` read the whole table (D87)."""
     return f"""by_id AS (
-    SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation
+    SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation, s.executor_id
     FROM (SELECT unnest(%s::text[]) AS id ORDER BY 1) AS i
     CROSS JOIN LATERAL (
-        SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation FROM t_state s
+        SELECT s.execution_id, s.corresponding_version, s.state, s.run_id, s.lock_generation, s.executor_id
+        FROM t_state s
         WHERE s.execution_id = i.id
         FOR UPDATE OF s
     ) AS s
 ),
 c AS (
-    SELECT s.execution_id, s.corresponding_version FROM by_id s JOIN v ON v.execution_id = s.execution_id
+    SELECT s.execution_id, s.corresponding_version, s.executor_id FROM by_id s JOIN v ON v.execution_id = s.execution_id
     WHERE s.state <> '{State.FINISHED.value}' AND s.run_id = v.fence_run_id AND s.lock_generation = v.fence_generation
 ),
 finishing AS (

@@ -446,11 +446,14 @@ def test_a_result_whose_lock_moved_on_is_refused_while_the_rest_of_its_group_com
     assert (state.state, state.run_id) == ("locked", taken_over.fence.run_id)
 
 
-def _blocked_parent_with_a_locked_child(strategy: str, at, run_id: str, executor_id: str):
+def _blocked_parent_with_a_locked_child(
+    strategy: str, at, run_id: str, executor_id: str, child_executor_id: str | None = None
+):
     """A workflow (locked by ``run_id`` at ``at``) that started one child in a join set and
     waits for it as ``strategy`` does: Interrupt with its run ended (blocked, due as soon as
     a response comes), Await with its run waiting in place (due at its lock's expiry).
-    Returns the workflow, and the child's result as its run's group commit appends it."""
+    Returns the workflow, and the child's result as its run's group commit appends it; the
+    child is locked by the workflow's executor, or by ``child_executor_id``."""
     from executions.events import JoinNext
     from tests.support.helpers import create_workflow, history, start_child
 
@@ -460,7 +463,7 @@ def _blocked_parent_with_a_locked_child(strategy: str, at, run_id: str, executor
     expires = at if strategy == "interrupt" else locked.locked.lock_expires_at
     join_next = history(JoinNext(join_set_id="n:wait", run_expires_at=expires))
     store.append(workflow, version, join_next, fence=locked.fence, now=at)
-    fence = lock(child, now=at, run_id=run_id, executor_id=executor_id).fence
+    fence = lock(child, now=at, run_id=run_id, executor_id=child_executor_id or executor_id).fence
     return workflow, store.AppendItem(child, None, Finished(retval=Ok({"n": [1, 2.5]})), fence)
 
 
@@ -650,3 +653,40 @@ def _finished_items(listener, wanted: set[str]) -> dict:
                 if execution_id in wanted:
                     heard[execution_id] = value
     return heard
+
+
+def _responses_heard_by_another_session(write) -> set[str]:
+    """The parents ``write()`` announced on ``obelisk_response`` to a session of another
+    process (a raw connection, not this process's hub, which is handed its own commits'
+    notifications at commit whatever the server is sent)."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    with psycopg.connect(autocommit=True, **{k: params[k] for k in keys if params.get(k)}) as other:
+        other.execute(f"LISTEN {notify.RESPONSE}")
+        write()
+        return {parent for note in other.notifies(timeout=1.0) for parent in note.payload.split("\n")}
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("parent_held_by", ["the child's executor", "another executor"])
+def test_a_childs_result_is_announced_to_other_processes_only_when_its_parent_is_held_elsewhere(parent_held_by):
+    """D133: ``obelisk_response`` wakes the run that awaits its workflow in place, and only
+    the executor that holds the workflow runs one. A child's result written by that
+    executor (a local child, D124, or one it claimed) reaches that run through its own
+    process's listeners at commit (D67), so the server is not sent it: no other session
+    wakes to read a notification meant for nobody. A parent held by another executor is
+    announced as before, and this process's listeners are handed the response either way."""
+    from executions.ids import new_executor_id, new_run_id
+
+    at, child_executor = timezone_now(), new_executor_id()
+    parent_executor = child_executor if parent_held_by == "the child's executor" else new_executor_id()
+    workflow, item = _blocked_parent_with_a_locked_child("await", at, new_run_id(), parent_executor, child_executor)
+
+    with notify.Listener([notify.RESPONSE]) as listener:
+        heard = _responses_heard_by_another_session(lambda: store.append_many([item], now=timezone_now()))
+        handed = _heard(listener, workflow)["values"]
+
+    assert heard == ({workflow} if parent_held_by == "another executor" else set())
+    assert handed == store.get(workflow).responses and len(handed) == 1
