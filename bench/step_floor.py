@@ -35,6 +35,8 @@ answers); a negative one is a target beneath the floor.
 
 Each figure: wall ms per step (median of the rounds, min and max beside it) and this
 process's CPU per step (psycopg's encoding and the wait's system calls).
+
+why: D134
 """
 
 from __future__ import annotations
