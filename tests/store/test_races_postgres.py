@@ -7,7 +7,6 @@ import time
 from collections import Counter
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -329,10 +328,7 @@ def received_until(source, channel: str, item: str, *, wait: float) -> set[tuple
 def listeners():
     """The engine's ``Listener`` and a plain LISTEN connection, as another process holds it
     (the latter sees only what PostgreSQL delivers, no in-process wake-ups)."""
-    params = connection.get_connection_params()
-    raw = psycopg.connect(
-        autocommit=True, **{k: params[k] for k in ("dbname", "user", "password", "host", "port") if params.get(k)}
-    )
+    raw = helpers.another_session()
     raw.execute(f"LISTEN {notify.PENDING}")
     raw.execute(f"LISTEN {notify.FINISHED}")
     with notify.Listener([notify.PENDING, notify.FINISHED]) as listener:

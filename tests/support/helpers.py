@@ -168,3 +168,15 @@ def deploy_components(modules=("tests.support.components",)) -> str:
     from workers.components import load_components
 
     return ensure_code_deployment(load_components(list(modules)), activate=True)
+
+
+def another_session():
+    """A plain autocommit psycopg connection to the test database, as another process
+    holds it: it sees only what PostgreSQL delivers (no in-process wake-ups, D45, D67).
+    The caller closes it (``with another_session() as other:``)."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    return psycopg.connect(autocommit=True, **{key: params[key] for key in keys if params.get(key)})

@@ -23,7 +23,7 @@ from django.test import override_settings
 from executions import conf, errors, notify, store
 from executions.events import Ok
 from executions.models import ExecutionEvent, ExecutionState
-from tests.support.helpers import FFQN, create
+from tests.support.helpers import FFQN, another_session, create
 from tests.support.hot_path import finish
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -72,22 +72,14 @@ def test_a_commit_wakes_a_listener_of_its_own_process_once():
             received.extend(listener.wait(left))
         assert len(received) == 1
 
-        import psycopg
-
-        params = connection.get_connection_params()
-        keys = ("dbname", "user", "password", "host", "port")
-        with psycopg.connect(autocommit=True, **{k: params[k] for k in keys if params.get(k)}) as other:
+        with another_session() as other:
             other.execute("SELECT pg_notify(%s, %s)", [notify.PENDING, "other:pkg/ifc.fn"])
         notes = listener.wait(5.0)
     assert [note.items for note in notes] == [("other:pkg/ifc.fn",)]
 
 
 def _notify_from_another_session(channel: str, payload: str) -> None:
-    import psycopg
-
-    params = connection.get_connection_params()
-    keys = ("dbname", "user", "password", "host", "port")
-    with psycopg.connect(autocommit=True, **{k: params[k] for k in keys if params.get(k)}) as other:
+    with another_session() as other:
         other.execute("SELECT pg_notify(%s, %s)", [channel, payload])
 
 

@@ -24,7 +24,7 @@ from django.utils.timezone import now as timezone_now
 from executions import errors, notify, store
 from executions.events import Finished, Ok, Unlocked
 from executions.models import ExecutionState
-from tests.support.helpers import FFQN, create, lock
+from tests.support.helpers import FFQN, another_session, create, lock
 from tests.support.hot_path import (
     children_of_one_write,
     finish,
@@ -659,11 +659,7 @@ def _responses_heard_by_another_session(write) -> set[str]:
     """The parents ``write()`` announced on ``obelisk_response`` to a session of another
     process (a raw connection, not this process's hub, which is handed its own commits'
     notifications at commit whatever the server is sent)."""
-    import psycopg
-
-    params = connection.get_connection_params()
-    keys = ("dbname", "user", "password", "host", "port")
-    with psycopg.connect(autocommit=True, **{k: params[k] for k in keys if params.get(k)}) as other:
+    with another_session() as other:
         other.execute(f"LISTEN {notify.RESPONSE}")
         write()
         return {parent for note in other.notifies(timeout=1.0) for parent in note.payload.split("\n")}
