@@ -77,25 +77,33 @@ LOG_COLUMNS = (
     "history_event_type text, consumes_response boolean"
 )
 
+
+def _inserts_of_a_call(guard: str = "") -> str:
+    """The call's inserts as CTEs: the child's row (created locked) and the call's events,
+    from their JSON documents; ``guard``, a condition both wait on."""
+    where = f" WHERE {guard}" if guard else ""
+    return f"""
+c AS (
+    INSERT INTO t_state (execution_id, is_top_level, corresponding_version, ffqn, created_at,
+        component_id_input_digest, component_type, first_scheduled_at, deployment_id, pending_expires_finished,
+        state, updated_at, intermittent_event_count, max_retries, retry_exp_backoff_millis, last_lock_version,
+        executor_id, run_id, lock_generation, lifecycle)
+    SELECT r.* FROM json_to_recordset(%(child_row)s) AS r({STATE_COLUMNS}){where}
+),
+l AS (
+    INSERT INTO t_execution_log (execution_id, version, created_at, json_value, variant, join_set_id,
+        history_event_type, consumes_response)
+    SELECT r.* FROM json_to_recordset(%(call_events)s) AS r({LOG_COLUMNS}){where}
+)"""
+
+
 _CALL = f"""
 u AS (
     UPDATE t_state SET state = 'blocked_by_join_set', join_set_id = %(js)s, join_set_closing = false, last_lock_version = NULL,
         corresponding_version = %(parent_version)s, updated_at = %(now)s
     WHERE execution_id = %(parent)s AND run_id = %(run)s
     RETURNING 1
-),
-c AS (
-    INSERT INTO t_state (execution_id, is_top_level, corresponding_version, ffqn, created_at,
-        component_id_input_digest, component_type, first_scheduled_at, deployment_id, pending_expires_finished,
-        state, updated_at, intermittent_event_count, max_retries, retry_exp_backoff_millis, last_lock_version,
-        executor_id, run_id, lock_generation, lifecycle)
-    SELECT * FROM json_to_recordset(%(child_row)s) AS r({STATE_COLUMNS})
-),
-l AS (
-    INSERT INTO t_execution_log (execution_id, version, created_at, json_value, variant, join_set_id,
-        history_event_type, consumes_response)
-    SELECT * FROM json_to_recordset(%(call_events)s) AS r({LOG_COLUMNS})
-)"""
+),{_inserts_of_a_call()}"""
 
 _RESULT = f"""
 f AS (
@@ -300,19 +308,7 @@ u AS (
         lock_generation = s.lock_generation + 1, pending_expires_finished = %(expiry)s, updated_at = %(now)s
     FROM p WHERE s.execution_id = p.execution_id
     RETURNING s.execution_id
-),
-c AS (
-    INSERT INTO t_state (execution_id, is_top_level, corresponding_version, ffqn, created_at,
-        component_id_input_digest, component_type, first_scheduled_at, deployment_id, pending_expires_finished,
-        state, updated_at, intermittent_event_count, max_retries, retry_exp_backoff_millis, last_lock_version,
-        executor_id, run_id, lock_generation, lifecycle)
-    SELECT r.* FROM json_to_recordset(%(child_row)s) AS r({STATE_COLUMNS}) WHERE EXISTS (SELECT FROM u)
-),
-l AS (
-    INSERT INTO t_execution_log (execution_id, version, created_at, json_value, variant, join_set_id,
-        history_event_type, consumes_response)
-    SELECT r.* FROM json_to_recordset(%(call_events)s) AS r({LOG_COLUMNS}) WHERE EXISTS (SELECT FROM u)
-)
+),{_inserts_of_a_call("EXISTS (SELECT FROM u)")}
 SELECT count(*) FROM u"""
 RESULT_AND_FINISH = f"""WITH {_RESULT},
 pf AS (
@@ -355,9 +351,7 @@ def floor_worker(url: str, count: int, optimistic: bool) -> None:
                     raise SystemExit("the one-step floor's claim did not find the workflow announced")
                 _checked(conn, TWO_COMMITS_CALL, steps.call(0, stamp), 1)
             done = json.dumps(_event(notice.payload, 5, stamp, "finished", 120)["json_value"])
-            got = conn.execute(RESULT_AND_FINISH, {**steps.result(0, stamp), "finished": done}, prepare=True)
-            if got.fetchone()[0] != 2:
-                raise SystemExit("the one-step floor's result wrote the wrong rows: the schema moved")
+            _checked(conn, RESULT_AND_FINISH, {**steps.result(0, stamp), "finished": done}, 2)
             finished += 1
             if finished >= count:
                 return
